@@ -1,0 +1,77 @@
+"""The Backend interface: everything the core needs from Pyro/torch or NumPyro/jax.
+
+A backend supplies arrays and math, native distributions and bijections, random keys, automatic
+differentiation, compiled loops, optimizers and native NUTS/HMC. It supplies no algorithm: guides,
+objectives, SG-MCMC kernels and schedules are written once in the core against this interface.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..runtime import use_backend
+
+Array = Any
+
+
+@dataclass
+class NativeSettings:
+    """Settings for the backend's native NUTS / HMC."""
+
+    method: str
+    num_warmup: int
+    num_samples: int
+    num_chains: int
+    thinning: int
+    target_accept: float
+    max_tree_depth: int
+    num_steps: int | None
+    step_size: float | None
+    dense_mass: bool
+    progress: bool
+
+
+@dataclass
+class LoopResult:
+    """What a compiled loop returns: final carry, per-step outputs (stacked) and where it stopped.
+
+    ``stopped_at`` is the index of the first step whose check failed (its update was not applied),
+    or ``None`` when every step ran.
+    """
+
+    carry: Any
+    outputs: Any
+    stopped_at: int | None
+
+
+class Backend:
+    """Base class of the backends. See :mod:`ppl_bdl.backends.numpyro` for a full example."""
+
+    name: ClassVar[str]
+    #: The pip extra that installs this backend.
+    extra: ClassVar[str]
+
+    def __init__(self, precision: str = "float32"):
+        self.precision = precision
+
+    def activate(self) -> AbstractContextManager:
+        """Make this backend the target of :mod:`ppl_bdl.math` in a ``with`` block."""
+        return use_backend(self)
+
+    def __repr__(self) -> str:
+        return f"<ppl_bdl backend {self.name} ({self.precision})>"
+
+    # Each method below is implemented by the backend module.
+    def precision_scope(self) -> AbstractContextManager: ...
+    def asarray(self, value: Any, dtype: str | None = None) -> Array: ...
+    def to_numpy(self, value: Array) -> Any: ...
+    def arange(self, n: int) -> Array: ...
+    def distribution(self, spec) -> Any: ...
+    def expand(self, native, batch_shape: tuple[int, ...], event_ndims: int) -> Any: ...
+    def biject_to(self, support) -> Any: ...
+    def value_and_grad(self, fn): ...
+    def vmap(self, fn): ...
+    def run_loop(self, step, carry, key, inputs, check) -> LoopResult: ...
+    def run_native_mcmc(self, potential, init, settings: NativeSettings, seed: int): ...

@@ -1,0 +1,303 @@
+"""The NumPyro (JAX) backend.
+
+Hot loops are one ``jax.jit``-compiled ``lax.scan`` per chunk of steps; NUTS and HMC are NumPyro's
+own, driven with a potential function written by the core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as nd
+from jax import lax
+from numpyro.distributions import constraints as ndc
+from numpyro.distributions.transforms import IdentityTransform
+from numpyro.distributions.transforms import biject_to as _biject_to
+
+from ..errors import DataError
+from .base import Backend, LoopResult, NativeSettings
+
+
+def _make_math() -> SimpleNamespace:
+    m = SimpleNamespace()
+    for name in (
+        "abs", "exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sum", "mean", "var", "std",
+        "max", "min", "prod", "cumsum", "matmul", "dot", "outer", "einsum", "transpose", "reshape",
+        "expand_dims", "squeeze", "concatenate", "stack", "where", "clip", "zeros", "ones",
+        "zeros_like", "ones_like", "full", "arange", "eye", "diag", "tril", "isfinite", "sin", "cos",
+        "maximum", "minimum", "sign", "floor", "asarray", "logaddexp",
+    ):  # fmt: skip
+        setattr(m, name, getattr(jnp, name))
+    m.sigmoid = jax.nn.sigmoid
+    m.softplus = jax.nn.softplus
+    m.relu = jax.nn.relu
+    m.gelu = jax.nn.gelu
+    m.elu = jax.nn.elu
+    m.silu = jax.nn.silu
+    m.softmax = jax.nn.softmax
+    m.log_softmax = jax.nn.log_softmax
+    m.logsumexp = jax.scipy.special.logsumexp
+    m.erf = jax.scipy.special.erf
+    m.lgamma = jax.scipy.special.gammaln
+    m.digamma = jax.scipy.special.digamma
+    m.cholesky = jnp.linalg.cholesky
+    m.norm = jnp.linalg.norm
+    m.triangular_solve = lambda a, b, lower=True: jax.scipy.linalg.solve_triangular(a, b, lower=lower)
+    return m
+
+
+def _folded_student_t(df, scale=1.0):
+    return nd.FoldedDistribution(nd.StudentT(df, 0.0, scale))
+
+
+def _improper(support="real"):
+    return nd.ImproperUniform(ndc.real if support == "real" else ndc.positive, (), ())
+
+
+_FAMILIES = {
+    "Normal": nd.Normal,
+    "HalfNormal": nd.HalfNormal,
+    "Cauchy": nd.Cauchy,
+    "HalfCauchy": nd.HalfCauchy,
+    "StudentT": nd.StudentT,
+    "HalfStudentT": _folded_student_t,
+    "Laplace": nd.Laplace,
+    "LogNormal": nd.LogNormal,
+    "Gamma": nd.Gamma,
+    "InverseGamma": nd.InverseGamma,
+    "Beta": nd.Beta,
+    "Exponential": nd.Exponential,
+    "Uniform": nd.Uniform,
+    "ImproperUniform": _improper,
+    "Bernoulli": nd.Bernoulli,
+    "Binomial": nd.Binomial,
+    "Categorical": nd.Categorical,
+    "Poisson": nd.Poisson,
+    "Dirichlet": nd.Dirichlet,
+    "MultivariateNormal": nd.MultivariateNormal,
+    "LKJCholesky": nd.LKJCholesky,
+}
+
+_IDENTITY_SUPPORTS = (ndc.real, ndc.real_vector)
+
+
+class _Random:
+    def __init__(self, backend: NumPyroBackend):
+        self._be = backend
+
+    def key(self, seed: int):
+        return jax.random.PRNGKey(seed)
+
+    def split(self, key, num: int = 2):
+        return tuple(jax.random.split(key, num))
+
+    def normal(self, key, shape):
+        return jax.random.normal(key, tuple(shape), dtype=self._be.float_dtype)
+
+    def uniform(self, key, shape, low=0.0, high=1.0):
+        return jax.random.uniform(key, tuple(shape), self._be.float_dtype, low, high)
+
+    def draw(self, key, native):
+        return native.sample(key)
+
+    def keys(self, key, num: int):
+        """A batch of ``num`` keys, indexable along the first axis (for vmap)."""
+        return jax.random.split(key, num)
+
+    def permutation(self, key, n: int):
+        return jax.random.permutation(key, n)
+
+
+class _Native:
+    """The native primitives a lowered model calls."""
+
+    sample = staticmethod(lambda name, fn, obs: numpyro.sample(name, fn, obs=obs))
+    deterministic = staticmethod(numpyro.deterministic)
+    factor = staticmethod(numpyro.factor)
+
+    @staticmethod
+    def param(name, init, constraint):
+        return numpyro.param(name, init, constraint=getattr(ndc, constraint))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def plate(name, size, dim):
+        with numpyro.plate(name, size, dim=dim) as idx:
+            yield idx
+
+
+class NumPyroBackend(Backend):
+    """Run models on NumPyro / JAX.
+
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> be = bdl.backends.get("numpyro")
+    >>> be.asarray([1.0, 2.0]).dtype
+    dtype('float32')
+    """
+
+    name = "numpyro"
+    extra = "numpyro"
+    array_family = "jax"
+
+    def __init__(self, precision: str = "float32"):
+        super().__init__(precision)
+        self.math = _make_math()
+        self.random = _Random(self)
+        self.native = _Native()
+
+    # -- arrays -------------------------------------------------------------------------------
+    @property
+    def float_dtype(self):
+        return jnp.float64 if self.precision == "float64" else jnp.float32
+
+    def precision_scope(self):
+        if self.precision == "float64":
+            return jax.enable_x64(True)
+        return contextlib.nullcontext()
+
+    def asarray(self, value: Any, dtype: str | None = None):
+        array = np.asarray(value) if not isinstance(value, jax.Array) else value
+        if array.dtype == object:
+            raise DataError(
+                "cannot convert an object array (strings or mixed types) to a JAX array; encode "
+                "categories as integers first."
+            )
+        if dtype == "int" or (dtype is None and np.issubdtype(array.dtype, np.integer)):
+            return jnp.asarray(array, dtype=jnp.int64 if self.precision == "float64" else jnp.int32)
+        if dtype is None and array.dtype == bool:
+            return jnp.asarray(array)
+        return jnp.asarray(array, dtype=self.float_dtype)
+
+    def to_numpy(self, value):
+        return np.asarray(value)
+
+    def arange(self, n: int):
+        return jnp.arange(n)
+
+    def is_array(self, value) -> bool:
+        return isinstance(value, jax.Array)
+
+    # -- distributions -------------------------------------------------------------------------
+    def distribution(self, spec):
+        return _FAMILIES[spec.name](**spec.params)
+
+    def expand(self, native, batch_shape, event_ndims: int):
+        batch_shape = tuple(batch_shape)
+        if tuple(native.batch_shape) != batch_shape:
+            native = native.expand(batch_shape)
+        return native.to_event(event_ndims) if event_ndims else native
+
+    def biject_to(self, support):
+        if support in _IDENTITY_SUPPORTS:
+            return None
+        transform = _biject_to(support)
+        return None if isinstance(transform, IdentityTransform) else transform
+
+    # -- autodiff, vectorisation, loops ----------------------------------------------------------
+    def value_and_grad(self, fn, has_aux: bool = False):
+        return jax.value_and_grad(fn, has_aux=has_aux)
+
+    def grad(self, fn):
+        return jax.grad(fn)
+
+    def vmap(self, fn):
+        return jax.vmap(fn)
+
+    def jit(self, fn):
+        return jax.jit(fn)
+
+    def tree_map(self, fn, *trees):
+        return jax.tree_util.tree_map(fn, *trees)
+
+    def compile_loop(self, step, check=None):
+        """A jitted runner of ``step(carry, key, x) -> (carry, out)`` over a chunk of steps.
+
+        With ``check(out) -> bool``, the first step whose check fails is not applied and the carry
+        freezes from there (``stopped_at`` says where), so a NaN never overwrites good state.
+        """
+
+        def body(state, key_and_x):
+            carry, failed = state
+            key, x = key_and_x
+            new, out = step(carry, key, x)
+            if check is not None:
+                ok = jnp.logical_and(check(out), jnp.logical_not(failed))
+                new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry)
+                failed = jnp.logical_or(failed, jnp.logical_not(ok))
+            return (new, failed), (out, failed)
+
+        def run(carry, key, xs, num_steps):
+            keys = jax.random.split(key, num_steps)
+            init = (carry, jnp.asarray(False))
+            (carry, _), (outs, failed) = lax.scan(body, init, (keys, xs), length=num_steps)
+            return carry, outs, failed
+
+        run = jax.jit(run, static_argnames="num_steps")
+
+        def runner(carry, key, xs, num_steps: int) -> LoopResult:
+            with self.precision_scope():
+                carry, outs, failed = run(carry, key, xs, num_steps=num_steps)
+                failed = np.asarray(failed)
+            stopped = int(np.argmax(failed)) if failed.any() else None
+            return LoopResult(carry, outs, stopped)
+
+        runner.jitted = run
+        return runner
+
+    # -- native NUTS / HMC ---------------------------------------------------------------------
+    def run_native_mcmc(self, potential, init: np.ndarray, settings: NativeSettings, seed: int):
+        """Run NumPyro's NUTS/HMC on ``potential`` (flat unconstrained vector -> scalar).
+
+        Returns positions shaped (chain, draw, dim) and sample stats named as ArviZ expects.
+        """
+        from numpyro.infer import HMC, MCMC, NUTS
+
+        with self.precision_scope():
+            common = dict(
+                potential_fn=potential,
+                target_accept_prob=settings.target_accept,
+                dense_mass=settings.dense_mass,
+            )
+            if settings.step_size is not None:
+                common["step_size"] = settings.step_size
+            if settings.method == "nuts":
+                kernel = NUTS(max_tree_depth=settings.max_tree_depth, **common)
+            else:
+                kernel = HMC(num_steps=settings.num_steps or 10, **common)
+            mcmc = MCMC(
+                kernel,
+                num_warmup=settings.num_warmup,
+                num_samples=settings.num_samples * settings.thinning,
+                num_chains=settings.num_chains,
+                thinning=settings.thinning,
+                chain_method="sequential",
+                progress_bar=settings.progress,
+            )
+            fields = ("diverging", "num_steps", "accept_prob", "adapt_state.step_size", "energy", "potential_energy")
+            init_params = jnp.asarray(init, dtype=self.float_dtype)
+            if settings.num_chains == 1:
+                init_params = init_params[0]
+            mcmc.run(jax.random.PRNGKey(seed), init_params=init_params, extra_fields=fields)
+            positions = np.asarray(mcmc.get_samples(group_by_chain=True))
+            extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+        n_steps = extra["num_steps"].astype(np.int64)
+        stats = {
+            "diverging": extra["diverging"].astype(bool),
+            "n_steps": n_steps,
+            "tree_depth": np.floor(np.log2(np.maximum(n_steps, 1))).astype(np.int64) + 1,
+            "acceptance_rate": extra["accept_prob"],
+            "step_size": extra["adapt_state.step_size"],
+            "energy": extra["energy"],
+            "lp": -extra["potential_energy"],
+        }
+        if settings.method == "hmc":
+            stats.pop("tree_depth")
+        return positions, stats

@@ -1,0 +1,66 @@
+"""ppl_bdl: write a Bayesian model once, run it on Pyro or NumPyro, read it in ArviZ.
+
+Example
+-------
+>>> import numpy as np, ppl_bdl as bdl
+>>> from ppl_bdl import dist
+>>> @bdl.model
+... def linreg(X, y=None):
+...     w = bdl.sample("w", dist.Normal(0.0, 1.0), shape=(X.shape[1],))
+...     sigma = bdl.sample("sigma", dist.HalfNormal(1.0))
+...     with bdl.plate("data", X.shape[0]) as idx:
+...         bdl.sample("y", dist.Normal(X[idx] @ w, sigma), obs=None if y is None else y[idx])
+>>> X = np.random.default_rng(0).normal(size=(50, 2)); y = X @ np.array([1.0, -1.0])
+>>> post = bdl.fit(linreg(X, y), backend="numpyro", method="nuts", num_warmup=200,
+...                num_samples=200, num_chains=1, progress=False)
+>>> post.samples["w"].shape
+(1, 200, 2)
+"""
+
+from . import backends, dist, guides, kernels, math, nn, random
+from .errors import (
+    BackendError,
+    ConfigError,
+    DataError,
+    DistributionError,
+    InferenceError,
+    ModelError,
+    PPLError,
+)
+from .fit import fit
+from .model import BoundModel, Model, model
+from .posterior import Posterior, load
+from .predictive import PredictiveResult, prior_predictive
+from .primitives import deterministic, factor, param, plate, sample
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "BoundModel",
+    "ConfigError",
+    "DataError",
+    "DistributionError",
+    "InferenceError",
+    "Model",
+    "ModelError",
+    "PPLError",
+    "Posterior",
+    "PredictiveResult",
+    "backends",
+    "deterministic",
+    "dist",
+    "factor",
+    "fit",
+    "guides",
+    "kernels",
+    "load",
+    "math",
+    "model",
+    "nn",
+    "param",
+    "plate",
+    "prior_predictive",
+    "random",
+    "sample",
+]

@@ -1,0 +1,78 @@
+"""Posterior -> ArviZ: InferenceData on ArviZ 0.x, xarray DataTree on ArviZ 1.x."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def arviz_major() -> int:
+    import arviz
+
+    return int(arviz.__version__.split(".")[0])
+
+
+def _dims_for(values: dict[str, np.ndarray], dims: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Dims for each variable, trimmed to the variable's own rank (log-likelihoods drop events)."""
+    out = {}
+    for name, array in values.items():
+        rank = np.ndim(array) - 2
+        names = list(dims.get(name, []))[:rank]
+        names += [f"{name}_dim_{i}" for i in range(len(names), rank)]
+        out[name] = names
+    return out
+
+
+def _obs_dims(values: dict[str, np.ndarray], dims: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {name: list(dims.get(name, []))[: np.ndim(v)] for name, v in values.items()}
+
+
+def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = None) -> Any:
+    """Build the ArviZ object of ``posterior`` (groups posterior, sample_stats, log_likelihood,
+    observed_data, and posterior_predictive when given)."""
+    groups = {
+        "posterior": posterior.samples,
+        "sample_stats": posterior.sample_stats,
+        "log_likelihood": posterior.log_likelihood,
+        "observed_data": posterior.observed_data,
+    }
+    if posterior_predictive:
+        groups["posterior_predictive"] = posterior_predictive
+    groups = {k: v for k, v in groups.items() if v}
+    dims: dict[str, list[str]] = {}
+    for group, values in groups.items():
+        if group == "observed_data":
+            dims.update({k: v for k, v in _obs_dims(values, posterior.dims).items() if k not in dims})
+        elif group != "sample_stats":
+            dims.update(_dims_for(values, posterior.dims))
+    attrs = {
+        "inference_library": "ppl_bdl",
+        "ppl_bdl_backend": posterior.backend,
+        "ppl_bdl_method": posterior.method,
+        "ppl_bdl_model": posterior.model_name,
+        "ppl_bdl_latent": ",".join(posterior.latent_names),
+    }
+    if arviz_major() >= 1:  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
+        from arviz_base import from_dict
+
+        return from_dict(groups, dims=dims, attrs=attrs)
+    import arviz as az
+
+    return az.from_dict(**groups, dims=dims, attrs=attrs)
+
+
+def from_arviz(data: Any) -> dict[str, Any]:
+    """Read groups back from an InferenceData / DataTree as dicts of NumPy arrays."""
+    out = {}
+    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "posterior_predictive"):
+        try:
+            ds = data[group] if arviz_major() >= 1 else getattr(data, group)
+        except (AttributeError, KeyError):
+            continue
+        ds = getattr(ds, "dataset", ds)
+        out[group] = {name: np.asarray(ds[name].values) for name in ds.data_vars}
+        if group == "posterior":
+            out["dims"] = {name: [d for d in ds[name].dims if d not in ("chain", "draw")] for name in ds.data_vars}
+            out["attrs"] = dict(ds.attrs)
+    return out

@@ -1,0 +1,74 @@
+"""Minibatches: one shuffle per epoch, sliced, so a step costs O(B), not O(N).
+
+``batch_size=B`` at fit time subsamples the plate that holds the observed sites: each step it yields
+B indices of the current epoch's permutation, and the sites in it are scaled by N / B (the
+chapter's Eq. 2.19), which keeps the log-likelihood and its gradient unbiased.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from .common import Setup
+
+
+def minibatch_plate(setup: Setup, batch_size: int | None) -> tuple[str, int] | None:
+    """The (plate name, size N) to subsample, or None for full batch. Validates ``batch_size``."""
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}.")
+    plates = {}
+    for site in setup.sites.values():
+        if site.kind == "observed":
+            for frame in site.plates:
+                plates[frame.name] = frame.size
+    if len(plates) != 1:
+        raise ConfigError(
+            f"batch_size needs exactly one plate around the observed sites to subsample; found "
+            f"{sorted(plates) or 'none'}. Wrap the likelihood in `with bdl.plate('data', N) as idx:` "
+            "and index the data with idx."
+        )
+    (name, size), = plates.items()
+    if batch_size > size:
+        raise ConfigError(
+            f"batch_size={batch_size} is larger than the data (plate {name!r} has N={size}). Use "
+            f"batch_size <= {size}, or leave it out for full-batch steps."
+        )
+    return name, size
+
+
+class EpochBatches:
+    """Minibatch indices: reshuffle once per epoch and slice consecutive blocks of ``batch_size``.
+
+    The tail of an epoch shorter than a batch is dropped, so every batch has the same size (one
+    compiled step shape) and every point is seen at most once per epoch.
+
+    Example
+    -------
+    >>> batches = EpochBatches(size=10, batch_size=4, seed=0)
+    >>> block = batches.next_block(5)
+    >>> block.shape
+    (5, 4)
+    """
+
+    def __init__(self, size: int, batch_size: int, seed: int):
+        self.size = size
+        self.batch_size = batch_size
+        self.per_epoch = size // batch_size
+        self._rng = np.random.default_rng(seed)
+        self._perm = self._rng.permutation(size)
+        self._position = 0
+
+    def next_block(self, num_steps: int) -> np.ndarray:
+        """Indices for the next ``num_steps`` steps, shaped (num_steps, batch_size)."""
+        out = np.empty((num_steps, self.batch_size), dtype=np.int64)
+        for i in range(num_steps):
+            if self._position == self.per_epoch:
+                self._perm = self._rng.permutation(self.size)
+                self._position = 0
+            start = self._position * self.batch_size
+            out[i] = self._perm[start : start + self.batch_size]
+            self._position += 1
+        return out

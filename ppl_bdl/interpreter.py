@@ -1,0 +1,262 @@
+"""The core's own runtime: evaluate a model's log density, draw from it, or replay it.
+
+:class:`Evaluator` is what every algorithm in the core runs a model with. Given values for the
+latent sites (constrained, or unconstrained to be mapped through each support's bijection), it adds
+up the log joint density, scaled for minibatches; without values it draws them (from the prior, or
+uniformly in the unconstrained space to initialise a sampler). With ``record=True`` it keeps every
+site (value, native distribution, shape, pointwise log-likelihood) for setup, ArviZ and prediction.
+With ``validate=True`` it checks everything a user can get wrong, naming the site; the hot loops run
+with it off.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import DataError, ModelError
+from .model import array_family
+from .runtime import Message, PlateFrame, Runtime
+from .sites import SiteShape, site_shape
+
+_FOREIGN = {"pyro": "jax", "numpyro": "torch"}
+
+
+@dataclass
+class SiteRecord:
+    """One site of a recorded run."""
+
+    name: str
+    kind: str  # "latent" | "observed" | "param" | "deterministic" | "factor"
+    value: Any
+    spec: Any = None
+    native: Any = None
+    shape: SiteShape | None = None
+    plates: tuple[PlateFrame, ...] = ()
+    log_prob: Any = None
+    constraint: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def is_discrete(self) -> bool:
+        return self.spec is not None and self.spec.is_discrete
+
+
+class Evaluator(Runtime):
+    """Evaluate a model on one backend with the given values.
+
+    Parameters
+    ----------
+    backend : Backend
+    values : dict, optional
+        Constrained values of latent sites.
+    unconstrained : dict, optional
+        Unconstrained values of latent sites; each is mapped through the bijection of its site's
+        support and the log-Jacobian is added to ``log_joint``.
+    params : dict, optional
+        Values of ``param`` sites (their ``init`` otherwise).
+    key : backend random key, optional
+        For drawing latent sites that have no value (``missing="prior"`` or ``"uniform"``) and
+        observed sites in predictive mode.
+    batch : dict, optional
+        Plate name -> index array of the minibatch; the plate's sites are scaled by size / batch.
+    missing : {"error", "prior", "uniform"}
+        What to do with a latent site that has no value.
+    predictive : bool
+        Draw observed sites instead of conditioning on them.
+    """
+
+    def __init__(
+        self,
+        backend,
+        *,
+        values: dict | None = None,
+        unconstrained: dict | None = None,
+        params: dict | None = None,
+        key: Any = None,
+        batch: dict | None = None,
+        missing: str = "error",
+        predictive: bool = False,
+        validate: bool = False,
+        record: bool = False,
+    ):
+        super().__init__(backend)
+        self.values = values or {}
+        self.unconstrained = unconstrained or {}
+        self.params = params or {}
+        self.key = key
+        self.batch = batch or {}
+        self.missing = missing
+        self.predictive = predictive
+        self.validate = validate
+        self.record = record
+        self.log_joint: Any = 0.0
+        self.sites: dict[str, SiteRecord] = {}
+        self._names: set[str] = set()
+
+    # -- primitives -------------------------------------------------------------------------
+    def run(self, msg: Message) -> None:
+        if msg.name in self._names:
+            raise ModelError(
+                f"site name {msg.name!r} is used twice in model; every sample/param/deterministic/"
+                "factor site needs its own name (inside a loop, add the index: f'w_{i}')."
+            )
+        self._names.add(msg.name)
+        getattr(self, "_" + msg.type)(msg)
+
+    def _sample(self, msg: Message) -> None:
+        be = self.backend
+        spec = msg.fn
+        if self.validate:
+            self._check_params(msg)
+        native = be.distribution(spec)
+        observed = msg.obs is not None and not self.predictive
+        shape = site_shape(msg, native) if (self.record or self.validate) else None
+        if observed:
+            value = msg.obs
+            if self.validate:
+                value = self._check_obs(msg, value, shape)
+        elif msg.name in self.unconstrained:
+            self._refuse_subsampled_latent(msg)
+            u = self.unconstrained[msg.name]
+            transform = be.biject_to(native.support)
+            if transform is None:
+                value = u
+            else:
+                value = transform(u)
+                self.log_joint = self.log_joint + be.math.sum(
+                    transform.log_abs_det_jacobian(u, value)
+                )
+        elif msg.name in self.values:
+            self._refuse_subsampled_latent(msg)
+            value = self.values[msg.name]
+        else:
+            value = self._draw(msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None)
+        log_prob = native.log_prob(value)
+        scale = msg.scale
+        total = be.math.sum(log_prob)
+        self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
+        msg.value = value
+        if self.record:
+            self.sites[msg.name] = SiteRecord(
+                name=msg.name,
+                kind="observed" if msg.obs is not None else "latent",
+                value=value,
+                spec=spec,
+                native=native,
+                shape=shape,
+                plates=tuple(msg.plates),
+                log_prob=log_prob,
+            )
+
+    def _param(self, msg: Message) -> None:
+        value = self.params.get(msg.name)
+        if value is None:
+            value = self.backend.asarray(msg.fn)
+        msg.value = value
+        if self.record:
+            self.sites[msg.name] = SiteRecord(
+                msg.name, "param", value, constraint=msg.kwargs["constraint"]
+            )
+
+    def _deterministic(self, msg: Message) -> None:
+        if self.record:
+            self.sites[msg.name] = SiteRecord(msg.name, "deterministic", msg.value, plates=tuple(msg.plates))
+
+    def _factor(self, msg: Message) -> None:
+        be = self.backend
+        if self.validate and array_family(msg.value) == _FOREIGN[be.name]:
+            raise DataError(self._foreign_message(msg.name, "log_weight", msg.value))
+        total = be.math.sum(msg.value)
+        scale = msg.scale
+        self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
+        if self.record:
+            self.sites[msg.name] = SiteRecord(msg.name, "factor", msg.value, plates=tuple(msg.plates))
+
+    # -- plates -----------------------------------------------------------------------------
+    @contextmanager
+    def plate(self, frame: PlateFrame):
+        indices = self.batch.get(frame.name)
+        if indices is None:
+            indices = self.backend.arange(frame.size)
+            frame.batch_size = frame.size
+        else:
+            frame.batch_size = int(indices.shape[0])
+            frame.scale = frame.size / frame.batch_size
+        frame.indices = indices
+        yield indices
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _draw(self, msg: Message, native, shape: SiteShape, observed_site: bool):
+        be = self.backend
+        if self.key is None or (self.missing == "error" and not observed_site):
+            raise ModelError(
+                f"latent site {msg.name!r} has no value. Pass values for every latent site "
+                f"(known: {sorted(self.values) or sorted(self.unconstrained)})."
+            )
+        self.key, sub = be.random.split(self.key)
+        full = be.expand(native, shape.batch + shape.extra, 0)
+        if self.missing == "uniform" and not observed_site and not msg.fn.is_discrete:
+            transform = be.biject_to(native.support)
+            u_shape = shape.value if transform is None else tuple(transform.inverse_shape(shape.value))
+            u = be.random.uniform(sub, u_shape, -2.0, 2.0)
+            return u if transform is None else transform(u)
+        if msg.fn.name == "ImproperUniform":
+            raise ModelError(
+                f"site {msg.name!r} has an ImproperUniform (flat) prior, which has no draws. Give it a "
+                "proper prior for prior predictive checks, or pass a value for it."
+            )
+        return be.random.draw(sub, full)
+
+    def _refuse_subsampled_latent(self, msg: Message) -> None:
+        sub = [f.name for f in msg.plates if f.scale != 1.0]
+        if sub:
+            raise ModelError(
+                f"latent site {msg.name!r} sits in the minibatched plate {sub[0]!r}. Minibatching "
+                "needs every latent inside that plate to be global; fit without batch_size, or move "
+                "the site out of the plate."
+            )
+
+    def _check_params(self, msg: Message) -> None:
+        be = self.backend
+        for key, value in msg.fn.params.items():
+            if array_family(value) == _FOREIGN[be.name]:
+                raise DataError(self._foreign_message(msg.name, key, value))
+        error = msg.fn.check_concrete(be.to_numpy)
+        if error:
+            from .errors import DistributionError
+
+            raise DistributionError(f"site {msg.name!r}: {msg.fn.name}: {error}")
+
+    def _check_obs(self, msg: Message, value: Any, shape: SiteShape):
+        be = self.backend
+        if array_family(value) == _FOREIGN[be.name]:
+            raise DataError(self._foreign_message(msg.name, "obs", value))
+        if not hasattr(value, "shape") or array_family(value) is None:
+            value = be.asarray(np.asarray(value))
+        seen = tuple(value.shape)
+        if seen != shape.value:
+            raise ModelError(
+                f"observed site {msg.name!r}: obs has shape {seen} but the distribution "
+                f"{msg.fn!r} in its plates gives values of shape {shape.value}. Index the data "
+                "with the plate's indices, or reshape it."
+            )
+        array = be.to_numpy(value)
+        finite = np.isfinite(array)
+        if not finite.all():
+            first = tuple(int(i) for i in np.argwhere(~finite)[0])
+            raise DataError(
+                f"observed site {msg.name!r}: obs holds {array[first]} at index {first}. Remove or "
+                "impute missing values before fitting."
+            )
+        return value
+
+    def _foreign_message(self, site: str, what: str, value: Any) -> str:
+        return (
+            f"site {site!r}: {what} is a {array_family(value)} array, but the model runs on the "
+            f"{self.backend.name!r} backend. Use ppl_bdl.math and bound data instead of "
+            "torch/jax functions inside the model."
+        )

@@ -1,0 +1,13 @@
+"""Samplers by name: NUTS and HMC (the backend's own) and stochastic-gradient MCMC kernels.
+
+Example
+-------
+>>> import ppl_bdl as bdl
+>>> bdl.kernels.available()[:2]
+['hmc', 'nuts']
+"""
+
+from .base import Kernel
+from .registry import KernelEntry, available, get, register
+
+__all__ = ["Kernel", "KernelEntry", "available", "get", "register"]

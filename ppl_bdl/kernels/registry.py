@@ -1,0 +1,95 @@
+"""The kernel registry: NUTS and HMC (native samplers) and the SG-MCMC kernels, by name.
+
+A registered SG-MCMC kernel is a factory: called with its settings it returns a
+:class:`~ppl_bdl.kernels.base.Kernel`, a pair of pure functions ``init(position) -> state`` and
+``step(rng_key, state, grad_fn, step_size) -> (state, info)`` written with :mod:`ppl_bdl.math`
+and :mod:`ppl_bdl.random`, so it runs on every backend.
+
+Example
+-------
+>>> import ppl_bdl as bdl
+>>> "nuts" in bdl.kernels.available()
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError, one_of
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """A registry entry. ``kind`` is "native" (the backend's own NUTS/HMC) or "sgmcmc"."""
+
+    name: str
+    kind: str
+    factory: Callable[..., Any] | None = None
+    doc: str = ""
+
+
+_REGISTRY: dict[str, KernelEntry] = {}
+
+
+def register(name: str, *, kind: str = "sgmcmc", overwrite: bool = False):
+    """Decorator: register an SG-MCMC kernel factory under ``name`` so ``fit(method=name)`` runs it.
+
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> from ppl_bdl import math as bm, random as br
+    >>> from ppl_bdl.kernels import Kernel
+    >>> @bdl.kernels.register("my_sgld", overwrite=True)
+    ... def my_sgld(temperature=1.0):
+    ...     def init(position):
+    ...         return {"position": position}
+    ...     def step(key, state, grad_fn, step_size):
+    ...         g = grad_fn(state["position"])
+    ...         noise = br.normal(key, state["position"].shape)
+    ...         pos = state["position"] - step_size * g + bm.sqrt(2 * step_size * temperature) * noise
+    ...         return {"position": pos}, {"step_size": step_size}
+    ...     return Kernel(init, step)
+    >>> "my_sgld" in bdl.kernels.available()
+    True
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"kernel name must be a non-empty string, got {name!r}.")
+    if kind not in ("native", "sgmcmc"):
+        raise ConfigError(f"kernel kind must be 'native' or 'sgmcmc', got {kind!r}.")
+
+    def decorator(factory):
+        if name in _REGISTRY and not overwrite:
+            raise ConfigError(
+                f"a kernel named {name!r} is already registered; pick another name or pass "
+                "overwrite=True."
+            )
+        _REGISTRY[name] = KernelEntry(name, kind, factory, (factory.__doc__ or "").strip())
+        return factory
+
+    return decorator
+
+
+def available() -> list[str]:
+    """The names ``fit(method=...)`` accepts for sampling (``"vi"`` is separate)."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> KernelEntry:
+    if name not in _REGISTRY:
+        raise one_of("method", name, [*_REGISTRY, "vi"])
+    return _REGISTRY[name]
+
+
+def _native(name: str, doc: str):
+    def factory(**settings):
+        return settings
+
+    factory.__doc__ = doc
+    register(name, kind="native")(factory)
+
+
+_native("nuts", "The No-U-Turn Sampler of the backend (NumPyro's NUTS or Pyro's NUTS).")
+_native("hmc", "Hamiltonian Monte Carlo of the backend, with a fixed number of leapfrog steps.")

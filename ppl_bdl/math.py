@@ -1,0 +1,117 @@
+"""Backend-neutral math for models, guides and kernels.
+
+Each function runs on the backend of the model run or inference loop in progress (chosen at fit
+time), so the same model code runs on torch and on jax. Operators (``@``, ``+``, ``*``, indexing)
+work on backend arrays directly; use these for everything else.
+
+Example
+-------
+>>> import ppl_bdl as bdl
+>>> from ppl_bdl import dist, math as bm
+>>> @bdl.model
+... def logistic(X, y):
+...     w = bdl.sample("w", dist.Normal(0.0, 1.0), shape=(X.shape[1],))
+...     with bdl.plate("data", X.shape[0]) as idx:
+...         bdl.sample("y", dist.Bernoulli(probs=bm.sigmoid(X[idx] @ w)), obs=y[idx])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runtime import current_backend
+
+Array = Any
+
+#: The functions every backend's ``math`` namespace provides.
+NAMES = (
+    "abs", "exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sigmoid", "softplus", "relu",
+    "gelu", "elu", "silu", "softmax", "log_softmax", "logsumexp", "sum", "mean", "var", "std", "max",
+    "min", "prod", "cumsum", "matmul", "dot", "outer", "transpose", "reshape", "concatenate",
+    "stack", "where", "clip", "zeros", "ones", "zeros_like", "ones_like", "full", "arange",
+    "eye", "diag", "tril", "cholesky", "triangular_solve", "erf", "lgamma", "digamma", "isfinite",
+    "sin", "cos", "pi", "maximum", "minimum", "sign", "floor", "asarray", "expand_dims", "squeeze",
+    "einsum", "norm", "logaddexp",
+)  # fmt: skip
+
+
+def _dispatch(name: str):
+    def fn(*args, **kwargs):
+        return getattr(current_backend().math, name)(*args, **kwargs)
+
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = f"``{name}`` on the active backend (numpy-like signature)."
+    return fn
+
+
+def __getattr__(name: str):
+    # Constants that need no backend.
+    if name == "pi":
+        import math
+
+        return math.pi
+    raise AttributeError(f"ppl_bdl.math has no function {name!r}; available: {', '.join(NAMES)}")
+
+
+abs = _dispatch("abs")  # noqa: A001
+exp = _dispatch("exp")
+log = _dispatch("log")
+log1p = _dispatch("log1p")
+expm1 = _dispatch("expm1")
+sqrt = _dispatch("sqrt")
+square = _dispatch("square")
+tanh = _dispatch("tanh")
+sigmoid = _dispatch("sigmoid")
+softplus = _dispatch("softplus")
+relu = _dispatch("relu")
+gelu = _dispatch("gelu")
+elu = _dispatch("elu")
+silu = _dispatch("silu")
+softmax = _dispatch("softmax")
+log_softmax = _dispatch("log_softmax")
+logsumexp = _dispatch("logsumexp")
+logaddexp = _dispatch("logaddexp")
+sum = _dispatch("sum")  # noqa: A001
+mean = _dispatch("mean")
+var = _dispatch("var")
+std = _dispatch("std")
+max = _dispatch("max")  # noqa: A001
+min = _dispatch("min")  # noqa: A001
+maximum = _dispatch("maximum")
+minimum = _dispatch("minimum")
+prod = _dispatch("prod")
+cumsum = _dispatch("cumsum")
+matmul = _dispatch("matmul")
+dot = _dispatch("dot")
+outer = _dispatch("outer")
+einsum = _dispatch("einsum")
+transpose = _dispatch("transpose")
+reshape = _dispatch("reshape")
+expand_dims = _dispatch("expand_dims")
+squeeze = _dispatch("squeeze")
+concatenate = _dispatch("concatenate")
+stack = _dispatch("stack")
+where = _dispatch("where")
+clip = _dispatch("clip")
+zeros = _dispatch("zeros")
+ones = _dispatch("ones")
+zeros_like = _dispatch("zeros_like")
+ones_like = _dispatch("ones_like")
+full = _dispatch("full")
+arange = _dispatch("arange")
+eye = _dispatch("eye")
+diag = _dispatch("diag")
+tril = _dispatch("tril")
+cholesky = _dispatch("cholesky")
+triangular_solve = _dispatch("triangular_solve")
+norm = _dispatch("norm")
+erf = _dispatch("erf")
+lgamma = _dispatch("lgamma")
+digamma = _dispatch("digamma")
+isfinite = _dispatch("isfinite")
+sin = _dispatch("sin")
+cos = _dispatch("cos")
+sign = _dispatch("sign")
+floor = _dispatch("floor")
+asarray = _dispatch("asarray")

@@ -1,0 +1,169 @@
+"""The result of every inference method: draws, diagnostics, ArviZ export, prediction, saving."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Posterior:
+    """Posterior draws of a model, the same object whatever the method and backend.
+
+    Attributes
+    ----------
+    samples : dict
+        Site name -> array shaped (chain, draw, *site_shape), latent and deterministic sites.
+    sample_stats : dict
+        Per-draw statistics (divergences, tree depth, step size, ...) shaped (chain, draw).
+    log_likelihood : dict
+        Observed site -> pointwise log-likelihood shaped (chain, draw, *points).
+    observed_data : dict
+        Observed site -> the data it was conditioned on.
+    guide, losses
+        For VI: the fitted guide and the loss (negative objective) per step.
+
+    Example
+    -------
+    >>> import numpy as np, ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> @bdl.model
+    ... def m(y):
+    ...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
+    ...     with bdl.plate("data", y.shape[0]) as idx:
+    ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
+    >>> post = bdl.fit(m(np.zeros(3)), num_warmup=100, num_samples=100, num_chains=1, progress=False)
+    >>> sorted(post.to_arviz().groups())
+    ['log_likelihood', 'observed_data', 'posterior', 'sample_stats']
+    """
+
+    samples: dict[str, np.ndarray]
+    sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    log_likelihood: dict[str, np.ndarray] = field(default_factory=dict)
+    observed_data: dict[str, np.ndarray] = field(default_factory=dict)
+    dims: dict[str, list[str]] = field(default_factory=dict)
+    method: str = ""
+    backend: str = ""
+    precision: str = "float32"
+    model: Any = None
+    params: dict[str, np.ndarray] = field(default_factory=dict)
+    latent_names: list[str] = field(default_factory=list)
+    guide: Any = None
+    losses: np.ndarray | None = None
+    model_name: str = ""
+
+    def __post_init__(self):
+        if self.model is not None and not self.model_name:
+            self.model_name = self.model.name
+        if not self.latent_names:
+            self.latent_names = list(self.samples)
+
+    @property
+    def deterministic_names(self) -> list[str]:
+        """Names of the deterministic sites in ``samples``."""
+        return [n for n in self.samples if n not in self.latent_names]
+
+    @property
+    def num_chains(self) -> int:
+        return next(iter(self.samples.values())).shape[0]
+
+    @property
+    def num_draws(self) -> int:
+        return next(iter(self.samples.values())).shape[1]
+
+    def params_for(self, backend) -> dict:
+        return {k: backend.asarray(v) for k, v in self.params.items()}
+
+    # -- ArviZ --------------------------------------------------------------------------------
+    def to_arviz(self, posterior_predictive: bool = False, seed: int = 0):
+        """An ``arviz.InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x).
+
+        With ``posterior_predictive=True`` the model is replayed at every draw to fill the
+        posterior_predictive group.
+        """
+        from .arviz_export import to_arviz
+
+        pp = None
+        if posterior_predictive:
+            pp = self.posterior_predictive_draws(seed=seed)
+        return to_arviz(self, posterior_predictive=pp)
+
+    def posterior_predictive_draws(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Replicated observed sites, one per draw, shaped (chain, draw, ...)."""
+        if self.model is None:
+            raise ValueError("this posterior was loaded from disk without its model; pass it to predict.")
+        result = self.predict(self.model, seed=seed)
+        shape = (self.num_chains, self.num_draws)
+        return {
+            k: v.reshape(shape + v.shape[1:]) for k, v in result.draws.items() if k in self.observed_data
+        }
+
+    def summary(self, **kwargs):
+        """``arviz.summary`` of the posterior (mean, sd, HDI, MCSE, ESS, R-hat)."""
+        import arviz as az
+
+        return az.summary(self.to_arviz(), **kwargs)
+
+    # -- prediction ---------------------------------------------------------------------------
+    def predict(self, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None):
+        """Posterior predictive at new inputs: ``post.predict(model(X_new))``.
+
+        Returns a :class:`~ppl_bdl.predictive.PredictiveResult` with the draws of each predicted
+        site and, per point, the mean and the split of the predictive uncertainty into aleatoric
+        and epistemic parts.
+        """
+        from .predictive import posterior_predictive
+
+        return posterior_predictive(self, bound, num_samples=num_samples, seed=seed, site=site)
+
+    # -- saving -------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the posterior to NetCDF through ArviZ; read it back with :func:`ppl_bdl.load`."""
+        path = Path(path)
+        data = self.to_arviz()
+        data.to_netcdf(str(path))
+        return path
+
+
+def load(path: str | Path) -> Posterior:
+    """Read a posterior written by :meth:`Posterior.save`.
+
+    Example
+    -------
+    >>> import tempfile, os, numpy as np, ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> @bdl.model
+    ... def m():
+    ...     bdl.sample("mu", dist.Normal(0.0, 1.0))
+    >>> post = bdl.fit(m(), num_warmup=50, num_samples=50, num_chains=1, progress=False)
+    >>> path = post.save(os.path.join(tempfile.mkdtemp(), "post.nc"))
+    >>> np.allclose(bdl.load(path).samples["mu"], post.samples["mu"])
+    True
+    """
+    from .arviz_export import arviz_major, from_arviz
+
+    if arviz_major() >= 1:  # pragma: no cover
+        import xarray
+
+        data = xarray.open_datatree(str(path))
+    else:
+        import arviz as az
+
+        data = az.from_netcdf(str(path))
+    groups = from_arviz(data)
+    attrs = groups.get("attrs", {})
+    dims = groups.get("dims", {})
+    return Posterior(
+        samples=groups.get("posterior", {}),
+        sample_stats=groups.get("sample_stats", {}),
+        log_likelihood=groups.get("log_likelihood", {}),
+        observed_data=groups.get("observed_data", {}),
+        dims=dims,
+        method=str(attrs.get("ppl_bdl_method", "")),
+        backend=str(attrs.get("ppl_bdl_backend", "")),
+        model_name=str(attrs.get("ppl_bdl_model", "")),
+        latent_names=[n for n in str(attrs.get("ppl_bdl_latent", "")).split(",") if n],
+    )

@@ -1,0 +1,206 @@
+"""Posterior and prior predictive draws, with uncertainty split into aleatoric and epistemic parts.
+
+Example
+-------
+>>> import numpy as np, ppl_bdl as bdl
+>>> from ppl_bdl import dist
+>>> @bdl.model
+... def mean_model(y=None, n=3):
+...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
+...     with bdl.plate("data", n) as idx:
+...         bdl.sample("y", dist.Normal(mu, 1.0), obs=None if y is None else y[idx])
+>>> prior = bdl.prior_predictive(mean_model(), backend="numpyro", num_samples=100)
+>>> prior.draws["y"].shape
+(100, 3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import uncertainty as U
+from .backends import get as get_backend
+from .errors import ConfigError, ModelError
+from .interpreter import Evaluator
+from .layout import _unbound_message, trace_model
+from .model import BoundModel
+
+_CLASSIFIERS = ("Categorical", "Bernoulli")
+
+
+@dataclass
+class PredictiveResult:
+    """Predictive draws and per-point summaries of one predicted site.
+
+    Attributes
+    ----------
+    draws : dict
+        Site name -> draws shaped (num_samples, *site_shape), for every predicted site.
+    site : str
+        The site the summaries describe.
+    kind : "regression" | "classification"
+    mean : array
+        Predictive mean per point (for classification, the predicted class probabilities' argmax
+        is ``probs.argmax(-1)``).
+    total, aleatoric, epistemic : array
+        Regression: variances, total = E_θ[Var(y|θ)] + Var_θ[E(y|θ)]. Classification: predictive
+        entropy, expected entropy, mutual information (nats).
+    probs : array or None
+        Classification: posterior-mean class probabilities per point.
+    """
+
+    draws: dict[str, np.ndarray]
+    site: str | None
+    kind: str
+    mean: np.ndarray | None = None
+    total: np.ndarray | None = None
+    aleatoric: np.ndarray | None = None
+    epistemic: np.ndarray | None = None
+    probs: np.ndarray | None = None
+    per_draw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def rmse(self, y_true) -> float:
+        """Root mean squared error of the predictive mean against ``y_true``."""
+        return float(np.sqrt(np.mean((np.asarray(self.mean) - np.asarray(y_true)) ** 2)))
+
+    def log_likelihood(self, y_true) -> float:
+        """Mean log predictive density of ``y_true`` (Gaussian moment match for regression,
+        the predictive probabilities for classification)."""
+        y_true = np.asarray(y_true)
+        if self.kind == "classification":
+            p = np.take_along_axis(self.probs, y_true.astype(int)[..., None], axis=-1)[..., 0]
+            return float(np.mean(np.log(np.clip(p, 1e-12, 1.0))))
+        means, variances = self.per_draw["mean"], self.per_draw["variance"]
+        logp = -0.5 * (np.log(2 * np.pi * variances) + (y_true - means) ** 2 / variances)
+        m = logp.max(axis=0)
+        return float(np.mean(m + np.log(np.mean(np.exp(logp - m), axis=0))))
+
+
+def _summaries(values: dict, site: str, spec_name: str, shape: tuple) -> dict:
+    if spec_name in _CLASSIFIERS:
+        probs = np.asarray(values["probs"])
+        if spec_name == "Bernoulli":
+            p = np.broadcast_to(probs, probs.shape[:1] + shape)
+            probs = np.stack([1.0 - p, p], axis=-1)
+        else:
+            probs = np.broadcast_to(probs, probs.shape[:1] + shape + probs.shape[-1:])
+        return dict(
+            kind="classification",
+            probs=probs.mean(axis=0),
+            mean=probs.mean(axis=0).argmax(-1),
+            total=U.predictive_entropy(probs),
+            aleatoric=U.expected_entropy(probs),
+            epistemic=U.mutual_information(probs),
+            per_draw={"probs": probs},
+        )
+    means = np.broadcast_to(values["mean"], values["mean"].shape[:1] + shape)
+    variances = np.broadcast_to(values["variance"], values["variance"].shape[:1] + shape)
+    total, aleatoric, epistemic = U.variance_decomposition(means, variances)
+    return dict(
+        kind="regression",
+        mean=means.mean(axis=0),
+        total=total,
+        aleatoric=aleatoric,
+        epistemic=epistemic,
+        per_draw={"mean": means, "variance": variances},
+    )
+
+
+def _run(bound, be, values: dict, num_samples: int, seed: int, params: dict, keep: set | None):
+    """Draw every site not in ``values`` once per row of ``values``; return draws and moments."""
+    args, kwargs = bound.data_for(be)
+    fn = bound.model.fn
+
+    def one(vals, key):
+        ev = Evaluator(be, values=vals, params=params, key=key, predictive=True, missing="prior", record=True)
+        with ev:
+            fn(*args, **kwargs)
+        draws, moments = {}, {}
+        for name, site in ev.sites.items():
+            if name in vals or site.kind in ("param", "factor"):
+                continue
+            if keep is not None and name not in keep:
+                continue
+            draws[name] = site.value
+            if site.kind in ("latent", "observed") and site.spec is not None:
+                if site.spec.name in _CLASSIFIERS:
+                    moments[name] = {"probs": site.native.probs}
+                elif not site.spec.is_discrete or site.spec.name in ("Poisson", "Binomial"):
+                    moments[name] = {"mean": site.native.mean, "variance": site.native.variance}
+        return draws, moments
+
+    with be.precision_scope(), be.activate():
+        keys = be.random.keys(be.random.key(seed), num_samples)
+        batched = {k: be.asarray(v) for k, v in values.items()}
+        if batched:
+            draws, moments = be.jit(be.vmap(one))(batched, keys)
+        else:
+            draws, moments = be.jit(be.vmap(lambda key: one({}, key)))(keys)
+        to_np = be.to_numpy
+        draws = {k: to_np(v) for k, v in draws.items()}
+        moments = {k: {m: to_np(a) for m, a in v.items()} for k, v in moments.items()}
+    return draws, moments
+
+
+def _result(bound, be, draws, moments, site, seed):
+    """Summaries for ``site``, by default the last predicted site of the model (the likelihood)."""
+    sites = trace_model(bound, be, seed=seed, missing="prior", validate=False)
+    predicted = [n for n in sites if n in moments]
+    if site is None:
+        if not predicted:
+            return PredictiveResult(draws=draws, site=None, kind="none")
+        site = predicted[-1]
+    elif site not in moments:
+        raise ConfigError(f"site {site!r} is not a predicted site; predicted: {predicted}.")
+    record = sites[site]
+    shape = tuple(record.shape.batch + record.shape.extra)
+    return PredictiveResult(draws=draws, site=site, **_summaries(moments[site], site, record.spec.name, shape))
+
+
+def posterior_predictive(posterior, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None):
+    """Draws of the sites ``bound`` predicts, one per posterior draw (or ``num_samples`` of them)."""
+    if not isinstance(bound, BoundModel):
+        raise ModelError(_unbound_message(bound))
+    be = get_backend(posterior.backend, precision=posterior.precision)
+    latents = {k: v for k, v in posterior.samples.items() if k in posterior.latent_names}
+    flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in latents.items()}
+    total = next(iter(flat.values())).shape[0] if flat else 1
+    if num_samples is not None:
+        if num_samples < 1:
+            raise ConfigError(f"num_samples must be >= 1, got {num_samples!r}.")
+        rng = np.random.default_rng(seed)
+        idx = rng.choice(total, size=num_samples, replace=num_samples > total)
+        flat = {k: v[idx] for k, v in flat.items()}
+        total = num_samples
+    # Sites the new model shares with the posterior are substituted; the others are predicted.
+    draws, moments = _run(bound, be, flat, total, seed, posterior.params_for(be), keep=None)
+    # Deterministics of the posterior are recomputed at the new inputs, not kept from training.
+    return _result(bound, be, draws, moments, site, seed)
+
+
+def prior_predictive(
+    bound, backend: str = "numpyro", num_samples: int = 500, seed: int = 0, precision: str = "float32"
+) -> PredictiveResult:
+    """Draws of every site from the prior (and the likelihood), ``num_samples`` times.
+
+    Example
+    -------
+    >>> import numpy as np, ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> @bdl.model
+    ... def m(n=4):
+    ...     s = bdl.sample("s", dist.HalfNormal(1.0))
+    ...     with bdl.plate("data", n):
+    ...         bdl.sample("y", dist.Normal(0.0, s))
+    >>> bdl.prior_predictive(m(), backend="numpyro", num_samples=10).draws["y"].shape
+    (10, 4)
+    """
+    if not isinstance(bound, BoundModel):
+        raise ModelError(_unbound_message(bound))
+    be = get_backend(backend, precision=precision)
+    trace_model(bound, be, seed=seed, missing="prior")  # validate once, with clear errors
+    draws, moments = _run(bound, be, {}, num_samples, seed, {}, keep=None)
+    return _result(bound, be, draws, moments, None, seed)
