@@ -67,6 +67,9 @@ class Evaluator(Runtime):
         What to do with a latent site that has no value.
     predictive : bool
         Draw observed sites instead of conditioning on them.
+    exclude : set of str
+        Latent sites whose own log density is left out of ``log_joint`` (an algorithm that
+        handles their prior in closed form, e.g. an analytic KL, adds it itself).
     """
 
     def __init__(
@@ -82,8 +85,10 @@ class Evaluator(Runtime):
         predictive: bool = False,
         validate: bool = False,
         record: bool = False,
+        exclude: frozenset[str] = frozenset(),
     ):
         super().__init__(backend)
+        self.exclude = exclude
         self.values = values or {}
         self.unconstrained = unconstrained or {}
         self.params = params or {}
@@ -135,11 +140,14 @@ class Evaluator(Runtime):
             value = self.values[msg.name]
         else:
             value = self._draw(msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None)
-        log_prob = native.log_prob(value)
-        scale = msg.scale
-        total = be.math.sum(log_prob)
-        self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
         msg.value = value
+        if msg.name in self.exclude and not self.record:
+            return
+        log_prob = native.log_prob(value)
+        if msg.name not in self.exclude:
+            scale = msg.scale
+            total = be.math.sum(log_prob)
+            self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
         if self.record:
             self.sites[msg.name] = SiteRecord(
                 name=msg.name,

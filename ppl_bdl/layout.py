@@ -130,17 +130,22 @@ class LatentLayout:
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def make_potential(bound, backend, layout: LatentLayout, params: dict | None = None) -> Callable:
+def make_potential(
+    bound, backend, layout: LatentLayout, params: dict | None = None, exclude: frozenset = frozenset()
+) -> Callable:
     """U(θ, batch) = −log p(θ, D_batch) − log|J|, for a flat unconstrained θ.
 
     ``batch`` maps a plate name to the minibatch indices; the sites in that plate are scaled by
     N / |batch| (the chapter's Eq. 2.8), so U is an unbiased estimate of the full-data potential.
+    ``exclude`` leaves the named latent sites' own log density out (see ``Evaluator``).
     """
     args, kwargs = bound.data_for(backend)
     fn = bound.model.fn
 
     def potential(flat, batch=None):
-        ev = Evaluator(backend, unconstrained=layout.unflatten(flat), params=params, batch=batch)
+        ev = Evaluator(
+            backend, unconstrained=layout.unflatten(flat), params=params, batch=batch, exclude=exclude
+        )
         with ev:
             fn(*args, **kwargs)
         return -ev.log_joint
