@@ -251,6 +251,8 @@ class PyroBackend(Backend):
             return torch.as_tensor(array, dtype=torch.int64)
         if dtype is None and array.dtype == bool:
             return torch.as_tensor(array)
+        if not array.flags.writeable:
+            array = array.copy()
         return torch.as_tensor(np.ascontiguousarray(array), dtype=self.float_dtype)
 
     def to_numpy(self, value):
@@ -267,8 +269,11 @@ class PyroBackend(Backend):
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
         params = spec.params
-        if spec.name in _TENSOR_PARAMS:
-            params = {k: self.asarray(v) if not isinstance(v, Tensor) else v for k, v in params.items()}
+        if spec.name in _TENSOR_PARAMS or any(not isinstance(v, Tensor | float | int | str) for v in params.values()):
+            params = {
+                k: v if isinstance(v, Tensor | str) or (isinstance(v, int) and k in ("dimension", "total_count")) else self.asarray(v)
+                for k, v in params.items()
+            }
         if spec.name in _NO_VALIDATE_ARG:
             return _FAMILIES[spec.name](**params)
         return _FAMILIES[spec.name](**params, validate_args=False)

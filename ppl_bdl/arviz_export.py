@@ -56,10 +56,14 @@ def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = Non
     if arviz_major() >= 1:  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
         from arviz_base import from_dict
 
-        return from_dict(groups, dims=dims, attrs=attrs)
+        tree = from_dict(groups, dims=dims)
+        tree["posterior"].attrs.update(attrs)
+        return tree
     import arviz as az
 
-    return az.from_dict(**groups, dims=dims, attrs=attrs)
+    idata = az.from_dict(**groups, dims=dims)
+    idata.posterior.attrs.update(attrs)
+    return idata
 
 
 def from_arviz(data: Any) -> dict[str, Any]:
