@@ -79,14 +79,22 @@ class PredictiveResult:
         return float(np.mean(m + np.log(np.mean(np.exp(logp - m), axis=0))))
 
 
+def _per_draw(array: np.ndarray, shape: tuple, trailing: int = 0) -> np.ndarray:
+    """Broadcast per-draw values (draw axis first) to ``(draws, *shape, *trailing dims)``."""
+    array = np.asarray(array)
+    core = array.shape[1 : array.ndim - trailing]
+    tail = array.shape[array.ndim - trailing :]
+    padded = array.reshape(array.shape[:1] + (1,) * (len(shape) - len(core)) + core + tail)
+    return np.broadcast_to(padded, array.shape[:1] + shape + tail)
+
+
 def _summaries(values: dict, site: str, spec_name: str, shape: tuple) -> dict:
     if spec_name in _CLASSIFIERS:
-        probs = np.asarray(values["probs"])
         if spec_name == "Bernoulli":
-            p = np.broadcast_to(probs, probs.shape[:1] + shape)
+            p = _per_draw(values["probs"], shape)
             probs = np.stack([1.0 - p, p], axis=-1)
         else:
-            probs = np.broadcast_to(probs, probs.shape[:1] + shape + probs.shape[-1:])
+            probs = _per_draw(values["probs"], shape, trailing=1)
         return dict(
             kind="classification",
             probs=probs.mean(axis=0),
@@ -96,8 +104,8 @@ def _summaries(values: dict, site: str, spec_name: str, shape: tuple) -> dict:
             epistemic=U.mutual_information(probs),
             per_draw={"probs": probs},
         )
-    means = np.broadcast_to(values["mean"], values["mean"].shape[:1] + shape)
-    variances = np.broadcast_to(values["variance"], values["variance"].shape[:1] + shape)
+    means = _per_draw(values["mean"], shape)
+    variances = _per_draw(values["variance"], shape)
     total, aleatoric, epistemic = U.variance_decomposition(means, variances)
     return dict(
         kind="regression",

@@ -1,0 +1,26 @@
+"""Every docstring example in the library runs (doctest), on the installed package."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import ppl_bdl
+
+
+def _modules() -> list[str]:
+    names = ["ppl_bdl"]
+    for info in pkgutil.walk_packages(ppl_bdl.__path__, prefix="ppl_bdl."):
+        names.append(info.name)
+    return sorted(n for n in names if not n.endswith("__main__"))
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_docstring_examples_run(name):
+    module = importlib.import_module(name)
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE | doctest.IGNORE_EXCEPTION_DETAIL
+    result = doctest.testmod(module, optionflags=flags, verbose=False)
+    assert result.failed == 0, f"{result.failed} docstring example(s) failed in {name}"
