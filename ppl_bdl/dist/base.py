@@ -9,6 +9,7 @@ numbers, lists, NumPy arrays) must lie in their domain. Inside a model run the e
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -16,7 +17,14 @@ import numpy as np
 from ..errors import DistributionError
 from . import constraints as C
 
-_UNSET = object()
+#: Fast checks of Python-number parameters, by constraint name (hot loops build many specs).
+_SCALAR_CHECKS = {
+    "real": lambda v: True,
+    "positive": lambda v: v > 0,
+    "nonnegative": lambda v: v >= 0,
+    "unit_interval": lambda v: 0 <= v <= 1,
+    "nonnegative_integer": lambda v: v >= 0 and v == int(v),
+}
 
 
 def _concrete(value: Any) -> np.ndarray | None:
@@ -84,7 +92,8 @@ class Distribution:
             if error:
                 return error
         try:
-            np.broadcast_shapes(*[s for _, s in shapes])
+            if sum(1 for _, s in shapes if s) > 1:
+                np.broadcast_shapes(*[s for _, s in shapes])
         except ValueError:
             listing = ", ".join(f"{k}{s}" for k, s in shapes)
             return (
@@ -98,6 +107,10 @@ class Distribution:
         return None
 
     def _check_value(self, key: str, value: Any, constraint: C.Constraint) -> str | None:
+        if type(value) in (float, int):  # the common case (dist.Normal(0.0, 1.0)): no NumPy
+            scalar_ok = _SCALAR_CHECKS.get(constraint.name)
+            if scalar_ok is not None and math.isfinite(value) and scalar_ok(value):
+                return None
         array = _concrete(value)
         if array is None:
             return None
