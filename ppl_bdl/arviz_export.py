@@ -28,9 +28,7 @@ def _obs_dims(values: dict[str, np.ndarray], dims: dict[str, list[str]]) -> dict
     return {name: list(dims.get(name, []))[: np.ndim(v)] for name, v in values.items()}
 
 
-def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = None) -> Any:
-    """Build the ArviZ object of ``posterior`` (groups posterior, sample_stats, log_likelihood,
-    observed_data, and posterior_predictive when given)."""
+def _groups_and_dims(posterior, posterior_predictive):
     groups = {
         "posterior": posterior.samples,
         "sample_stats": posterior.sample_stats,
@@ -40,29 +38,59 @@ def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = Non
     if posterior_predictive:
         groups["posterior_predictive"] = posterior_predictive
     groups = {k: v for k, v in groups.items() if v}
-    dims: dict[str, list[str]] = {}
+    dims: dict[str, dict[str, list[str]]] = {}
     for group, values in groups.items():
         if group == "observed_data":
-            dims.update({k: v for k, v in _obs_dims(values, posterior.dims).items() if k not in dims})
-        elif group != "sample_stats":
-            dims.update(_dims_for(values, posterior.dims))
-    attrs = {
+            dims[group] = _obs_dims(values, posterior.dims)
+        elif group == "sample_stats":
+            dims[group] = {name: [] for name in values}
+        else:
+            dims[group] = _dims_for(values, posterior.dims)
+    return groups, dims
+
+
+def _attrs(posterior) -> dict[str, str]:
+    return {
         "inference_library": "ppl_bdl",
         "ppl_bdl_backend": posterior.backend,
         "ppl_bdl_method": posterior.method,
         "ppl_bdl_model": posterior.model_name,
         "ppl_bdl_latent": ",".join(posterior.latent_names),
     }
-    if arviz_major() >= 1:  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
-        from arviz_base import from_dict
 
-        tree = from_dict(groups, dims=dims)
-        tree["posterior"].attrs.update(attrs)
-        return tree
+
+def to_datatree(posterior, posterior_predictive: dict[str, np.ndarray] | None = None):
+    """The ArviZ 1.x layout: an ``xarray.DataTree`` with one child per group (chain, draw dims)."""
+    import xarray as xr
+
+    groups, dims = _groups_and_dims(posterior, posterior_predictive)
+    children = {}
+    for group, values in groups.items():
+        lead = [] if group == "observed_data" else ["chain", "draw"]
+        data_vars = {name: (lead + dims[group][name], np.asarray(v)) for name, v in values.items()}
+        ds = xr.Dataset(data_vars)
+        if lead:
+            ds = ds.assign_coords(chain=np.arange(ds.sizes["chain"]), draw=np.arange(ds.sizes["draw"]))
+        children[group] = ds
+    children["posterior"].attrs.update(_attrs(posterior))
+    return xr.DataTree.from_dict(children)
+
+
+def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = None) -> Any:
+    """Build the ArviZ object of ``posterior`` (groups posterior, sample_stats, log_likelihood,
+    observed_data, and posterior_predictive when given): ``InferenceData`` on ArviZ 0.x, the
+    ``DataTree`` of :func:`to_datatree` on ArviZ 1.x."""
+    if arviz_major() >= 1:  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
+        return to_datatree(posterior, posterior_predictive)
     import arviz as az
 
-    idata = az.from_dict(**groups, dims=dims)
-    idata.posterior.attrs.update(attrs)
+    groups, dims = _groups_and_dims(posterior, posterior_predictive)
+    flat_dims = {}
+    for group_dims in dims.values():
+        for name, names in group_dims.items():
+            flat_dims.setdefault(name, names)
+    idata = az.from_dict(**groups, dims=flat_dims)
+    idata.posterior.attrs.update(_attrs(posterior))
     return idata
 
 
@@ -70,10 +98,10 @@ def from_arviz(data: Any) -> dict[str, Any]:
     """Read groups back from an InferenceData / DataTree as dicts of NumPy arrays."""
     out = {}
     for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "posterior_predictive"):
-        try:
-            ds = data[group] if arviz_major() >= 1 else getattr(data, group)
-        except (AttributeError, KeyError):
+        is_tree = hasattr(data, "children")
+        if (group not in data.children) if is_tree else not hasattr(data, group):
             continue
+        ds = data[group] if is_tree else getattr(data, group)
         ds = getattr(ds, "dataset", ds)
         out[group] = {name: np.asarray(ds[name].values) for name in ds.data_vars}
         if group == "posterior":

@@ -145,7 +145,7 @@ def load(path: str | Path) -> Posterior:
     """
     from .arviz_export import arviz_major, from_arviz
 
-    if arviz_major() >= 1:  # pragma: no cover
+    if arviz_major() >= 1:  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
         import xarray
 
         data = xarray.open_datatree(str(path))
@@ -153,6 +153,13 @@ def load(path: str | Path) -> Posterior:
         import arviz as az
 
         data = az.from_netcdf(str(path))
+    return from_arviz_data(data)
+
+
+def from_arviz_data(data) -> Posterior:
+    """A :class:`Posterior` (without its model) from an InferenceData or DataTree."""
+    from .arviz_export import from_arviz
+
     groups = from_arviz(data)
     attrs = groups.get("attrs", {})
     dims = groups.get("dims", {})

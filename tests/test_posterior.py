@@ -137,3 +137,32 @@ def test_prior_predictive(backend):
     # w ~ N(0, 1): sample variance within 4 standard errors of 1
     var = prior.draws["w"].var(axis=0)
     assert np.all(np.abs(var - 1.0) < 4 * np.sqrt(2 / 300))
+
+
+def test_datatree_export_matches_inference_data(fitted):
+    """The ArviZ 1.x layout (xarray DataTree) holds the same groups, dims and values."""
+    _, post, _, _ = fitted
+    from ppl_bdl.arviz_export import to_datatree
+
+    tree = to_datatree(post)
+    idata = post.to_arviz()
+    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data"):
+        ds_tree, ds_idata = tree[group].to_dataset(), getattr(idata, group)
+        assert set(ds_tree.data_vars) == set(ds_idata.data_vars), group
+        for name in ds_tree.data_vars:
+            assert ds_tree[name].dims == ds_idata[name].dims, (group, name)
+            np.testing.assert_array_equal(ds_tree[name].values, ds_idata[name].values)
+    assert tree["posterior"].attrs["ppl_bdl_backend"] == post.backend
+
+
+def test_datatree_netcdf_round_trip(fitted, tmp_path):
+    import xarray as xr
+
+    from ppl_bdl.arviz_export import to_datatree
+    from ppl_bdl.posterior import from_arviz_data
+
+    _, post, _, _ = fitted
+    to_datatree(post).to_netcdf(tmp_path / "tree.nc")
+    loaded = from_arviz_data(xr.open_datatree(tmp_path / "tree.nc"))
+    np.testing.assert_array_equal(loaded.samples["w"], post.samples["w"])
+    assert loaded.latent_names == post.latent_names
