@@ -15,7 +15,7 @@ Example
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib.metadata import entry_points
 
 from ..errors import BackendError
@@ -49,7 +49,7 @@ def available() -> list[str]:
     return sorted(name for name in registered() if _installed(name))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(name: str, precision: str) -> Backend:
     module_name, cls_name = registered()[name].split(":")
     module = importlib.import_module(module_name)

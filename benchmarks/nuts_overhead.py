@@ -76,8 +76,16 @@ def native_pyro(X, y):
 
 
 def ours(backend, X, y):
-    return bdl.fit(linreg(X, y), backend=backend, method="nuts", num_warmup=WARMUP,
-                   num_samples=SAMPLES, num_chains=1, seed=0, progress=False)
+    return bdl.fit(
+        linreg(X, y),
+        backend=backend,
+        method="nuts",
+        num_warmup=WARMUP,
+        num_samples=SAMPLES,
+        num_chains=1,
+        seed=0,
+        progress=False,
+    )
 
 
 def best_time(fn, repeats: int) -> float:

@@ -28,6 +28,7 @@ from .errors import (
     PPLError,
 )
 from .fit import fit
+from .guides.custom import guide
 from .model import BoundModel, Model, model
 from .posterior import Posterior, load
 from .predictive import PredictiveResult, prior_predictive
@@ -52,6 +53,7 @@ __all__ = [
     "dist",
     "factor",
     "fit",
+    "guide",
     "guides",
     "kernels",
     "load",

@@ -70,7 +70,9 @@ def to_datatree(posterior, posterior_predictive: dict[str, np.ndarray] | None = 
         data_vars = {name: (lead + dims[group][name], np.asarray(v)) for name, v in values.items()}
         ds = xr.Dataset(data_vars)
         if lead:
-            ds = ds.assign_coords(chain=np.arange(ds.sizes["chain"]), draw=np.arange(ds.sizes["draw"]))
+            ds = ds.assign_coords(
+                chain=np.arange(ds.sizes["chain"]), draw=np.arange(ds.sizes["draw"])
+            )
         children[group] = ds
     children["posterior"].attrs.update(_attrs(posterior))
     return xr.DataTree.from_dict(children)
@@ -97,7 +99,13 @@ def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = Non
 def from_arviz(data: Any) -> dict[str, Any]:
     """Read groups back from an InferenceData / DataTree as dicts of NumPy arrays."""
     out = {}
-    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "posterior_predictive"):
+    for group in (
+        "posterior",
+        "sample_stats",
+        "log_likelihood",
+        "observed_data",
+        "posterior_predictive",
+    ):
         is_tree = hasattr(data, "children")
         if (group not in data.children) if is_tree else not hasattr(data, group):
             continue
@@ -105,6 +113,9 @@ def from_arviz(data: Any) -> dict[str, Any]:
         ds = getattr(ds, "dataset", ds)
         out[group] = {name: np.asarray(ds[name].values) for name in ds.data_vars}
         if group == "posterior":
-            out["dims"] = {name: [d for d in ds[name].dims if d not in ("chain", "draw")] for name in ds.data_vars}
+            out["dims"] = {
+                name: [d for d in ds[name].dims if d not in ("chain", "draw")]
+                for name in ds.data_vars
+            }
             out["attrs"] = dict(ds.attrs)
     return out

@@ -46,7 +46,9 @@ class InferenceError(PPLError, RuntimeError):
         self.partial = partial
 
 
-def one_of(kind: str, seen: object, valid: list[str] | tuple[str, ...], hint: str = "") -> ConfigError:
+def one_of(
+    kind: str, seen: object, valid: list[str] | tuple[str, ...], hint: str = ""
+) -> ConfigError:
     """Build the error for a name that is not in a list of valid names."""
     listing = ", ".join(repr(v) for v in sorted(valid))
     msg = f"unknown {kind} {seen!r}; expected one of: {listing}."

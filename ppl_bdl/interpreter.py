@@ -139,7 +139,9 @@ class Evaluator(Runtime):
             self._refuse_subsampled_latent(msg)
             value = self.values[msg.name]
         else:
-            value = self._draw(msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None)
+            value = self._draw(
+                msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None
+            )
         msg.value = value
         if msg.name in self.exclude and not self.record:
             return
@@ -172,7 +174,9 @@ class Evaluator(Runtime):
 
     def _deterministic(self, msg: Message) -> None:
         if self.record:
-            self.sites[msg.name] = SiteRecord(msg.name, "deterministic", msg.value, plates=tuple(msg.plates))
+            self.sites[msg.name] = SiteRecord(
+                msg.name, "deterministic", msg.value, plates=tuple(msg.plates)
+            )
 
     def _factor(self, msg: Message) -> None:
         be = self.backend
@@ -182,7 +186,9 @@ class Evaluator(Runtime):
         scale = msg.scale
         self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
         if self.record:
-            self.sites[msg.name] = SiteRecord(msg.name, "factor", msg.value, plates=tuple(msg.plates))
+            self.sites[msg.name] = SiteRecord(
+                msg.name, "factor", msg.value, plates=tuple(msg.plates)
+            )
 
     # -- plates -----------------------------------------------------------------------------
     @contextmanager
@@ -209,7 +215,9 @@ class Evaluator(Runtime):
         full = be.expand(native, shape.batch + shape.extra, 0)
         if self.missing == "uniform" and not observed_site and not msg.fn.is_discrete:
             transform = be.biject_to(native.support)
-            u_shape = shape.value if transform is None else tuple(transform.inverse_shape(shape.value))
+            u_shape = (
+                shape.value if transform is None else tuple(transform.inverse_shape(shape.value))
+            )
             u = be.random.uniform(sub, u_shape, -2.0, 2.0)
             return u if transform is None else transform(u)
         if msg.fn.name == "ImproperUniform":

@@ -19,7 +19,9 @@ from .errors import ModelError
 from .interpreter import Evaluator, SiteRecord
 
 
-def trace_model(bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True):
+def trace_model(
+    bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True
+):
     """Run ``bound`` once on ``backend`` with validation on; return its sites by name."""
     from .model import BoundModel
 
@@ -27,7 +29,9 @@ def trace_model(bound, backend, seed: int = 0, missing: str = "uniform", values=
         raise ModelError(_unbound_message(bound))
     with backend.precision_scope():
         key = backend.random.key(seed)
-        ev = Evaluator(backend, key=key, missing=missing, values=values, validate=validate, record=True)
+        ev = Evaluator(
+            backend, key=key, missing=missing, values=values, validate=validate, record=True
+        )
         bound.run_with(ev)
     if not any(site.kind in ("latent", "observed") for site in ev.sites.values()):
         raise ModelError(
@@ -131,7 +135,11 @@ class LatentLayout:
 
 
 def make_potential(
-    bound, backend, layout: LatentLayout, params: dict | None = None, exclude: frozenset = frozenset()
+    bound,
+    backend,
+    layout: LatentLayout,
+    params: dict | None = None,
+    exclude: frozenset = frozenset(),
 ) -> Callable:
     """U(θ, batch) = −log p(θ, D_batch) − log|J|, for a flat unconstrained θ.
 
@@ -144,7 +152,11 @@ def make_potential(
 
     def potential(flat, batch=None):
         ev = Evaluator(
-            backend, unconstrained=layout.unflatten(flat), params=params, batch=batch, exclude=exclude
+            backend,
+            unconstrained=layout.unflatten(flat),
+            params=params,
+            batch=batch,
+            exclude=exclude,
         )
         with ev:
             fn(*args, **kwargs)

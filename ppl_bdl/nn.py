@@ -44,7 +44,9 @@ def _prior(prior: Distribution | None, prior_scale: float | None, where: str) ->
     if prior is None:
         return Normal(0.0, 1.0 if prior_scale is None else prior_scale)
     if not isinstance(prior, Distribution):
-        raise ModelError(f"{where}: prior must be a ppl_bdl.dist distribution, got {type(prior).__name__}.")
+        raise ModelError(
+            f"{where}: prior must be a ppl_bdl.dist distribution, got {type(prior).__name__}."
+        )
     return prior
 
 

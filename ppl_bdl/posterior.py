@@ -94,11 +94,15 @@ class Posterior:
     def posterior_predictive_draws(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Replicated observed sites, one per draw, shaped (chain, draw, ...)."""
         if self.model is None:
-            raise ValueError("this posterior was loaded from disk without its model; pass it to predict.")
+            raise ValueError(
+                "this posterior was loaded from disk without its model; pass it to predict."
+            )
         result = self.predict(self.model, seed=seed)
         shape = (self.num_chains, self.num_draws)
         return {
-            k: v.reshape(shape + v.shape[1:]) for k, v in result.draws.items() if k in self.observed_data
+            k: v.reshape(shape + v.shape[1:])
+            for k, v in result.draws.items()
+            if k in self.observed_data
         }
 
     def summary(self, **kwargs):
@@ -108,7 +112,9 @@ class Posterior:
         return az.summary(self.to_arviz(), **kwargs)
 
     # -- prediction ---------------------------------------------------------------------------
-    def predict(self, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None):
+    def predict(
+        self, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None
+    ):
         """Posterior predictive at new inputs: ``post.predict(model(X_new))``.
 
         Returns a :class:`~ppl_bdl.predictive.PredictiveResult` with the draws of each predicted
@@ -143,7 +149,7 @@ def load(path: str | Path) -> Posterior:
     >>> np.allclose(bdl.load(path).samples["mu"], post.samples["mu"])
     True
     """
-    from .arviz_export import arviz_major, from_arviz
+    from .arviz_export import arviz_major
 
     if arviz_major() >= 1:  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
         import xarray

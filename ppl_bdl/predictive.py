@@ -123,7 +123,9 @@ def _run(bound, be, values: dict, num_samples: int, seed: int, params: dict, kee
     fn = bound.model.fn
 
     def one(vals, key):
-        ev = Evaluator(be, values=vals, params=params, key=key, predictive=True, missing="prior", record=True)
+        ev = Evaluator(
+            be, values=vals, params=params, key=key, predictive=True, missing="prior", record=True
+        )
         with ev:
             fn(*args, **kwargs)
         draws, moments = {}, {}
@@ -165,10 +167,14 @@ def _result(bound, be, draws, moments, site, seed):
         raise ConfigError(f"site {site!r} is not a predicted site; predicted: {predicted}.")
     record = sites[site]
     shape = tuple(record.shape.batch + record.shape.extra)
-    return PredictiveResult(draws=draws, site=site, **_summaries(moments[site], site, record.spec.name, shape))
+    return PredictiveResult(
+        draws=draws, site=site, **_summaries(moments[site], site, record.spec.name, shape)
+    )
 
 
-def posterior_predictive(posterior, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None):
+def posterior_predictive(
+    posterior, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None
+):
     """Draws of the sites ``bound`` predicts, one per posterior draw (or ``num_samples`` of them)."""
     if not isinstance(bound, BoundModel):
         raise ModelError(_unbound_message(bound))
@@ -190,7 +196,11 @@ def posterior_predictive(posterior, bound, num_samples: int | None = None, seed:
 
 
 def prior_predictive(
-    bound, backend: str = "numpyro", num_samples: int = 500, seed: int = 0, precision: str = "float32"
+    bound,
+    backend: str = "numpyro",
+    num_samples: int = 500,
+    seed: int = 0,
+    precision: str = "float32",
 ) -> PredictiveResult:
     """Draws of every site from the prior (and the likelihood), ``num_samples`` times.
 

@@ -31,7 +31,9 @@ def _check_name(kind: str, name: object) -> None:
         raise ModelError(f"{kind} site name must be a non-empty string, got {name!r}.")
 
 
-def sample(name: str, fn: Distribution, obs: Any = None, shape: tuple[int, ...] | int | None = None):
+def sample(
+    name: str, fn: Distribution, obs: Any = None, shape: tuple[int, ...] | int | None = None
+):
     """Draw (or observe) a random variable named ``name`` from the distribution ``fn``.
 
     Parameters

@@ -124,9 +124,13 @@ def test_math_dispatches_to_each_backend(backend):
     be = bdl.backends.get(backend)
     with be.activate():
         x = be.asarray(np.array([0.0, 1.0, 2.0]))
-        np.testing.assert_allclose(be.to_numpy(bm.logsumexp(x)), np.log(np.exp([0, 1, 2]).sum()), rtol=1e-5)
+        np.testing.assert_allclose(
+            be.to_numpy(bm.logsumexp(x)), np.log(np.exp([0, 1, 2]).sum()), rtol=1e-5
+        )
         np.testing.assert_allclose(be.to_numpy(bm.softmax(x)).sum(), 1.0, rtol=1e-5)
-        np.testing.assert_allclose(be.to_numpy(bm.sum(bm.exp(x))), np.exp([0, 1, 2]).sum(), rtol=1e-5)
+        np.testing.assert_allclose(
+            be.to_numpy(bm.sum(bm.exp(x))), np.exp([0, 1, 2]).sum(), rtol=1e-5
+        )
 
 
 def test_math_outside_a_run_is_a_clear_error():
@@ -136,6 +140,13 @@ def test_math_outside_a_run_is_a_clear_error():
 
 def test_float64_precision(backend):
     X, y = _data()
-    post = bdl.fit(linreg(X, y), backend=backend, num_warmup=50, num_samples=20, num_chains=1,
-                   precision="float64", progress=False)
+    post = bdl.fit(
+        linreg(X, y),
+        backend=backend,
+        num_warmup=50,
+        num_samples=20,
+        num_chains=1,
+        precision="float64",
+        progress=False,
+    )
     assert post.samples["w"].dtype == np.float64

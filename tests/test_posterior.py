@@ -37,8 +37,16 @@ def _data(n=40, seed=0):
 @pytest.fixture(scope="module", params=bdl.backends.available())
 def fitted(request):
     X, y = _data()
-    post = bdl.fit(linreg(X, y), backend=request.param, num_warmup=150, num_samples=60,
-                   num_chains=2, thinning=2, seed=3, progress=False)
+    post = bdl.fit(
+        linreg(X, y),
+        backend=request.param,
+        num_warmup=150,
+        num_samples=60,
+        num_chains=2,
+        thinning=2,
+        seed=3,
+        progress=False,
+    )
     return request.param, post, X, y
 
 
@@ -47,7 +55,9 @@ def test_shapes_thinning_and_stats(fitted):
     assert post.samples["w"].shape == (2, 60, 3)
     assert post.samples["sigma"].shape == (2, 60)
     assert post.samples["w_norm"].shape == (2, 60)
-    np.testing.assert_allclose(post.samples["w_norm"], np.linalg.norm(post.samples["w"], axis=-1), rtol=1e-4)
+    np.testing.assert_allclose(
+        post.samples["w_norm"], np.linalg.norm(post.samples["w"], axis=-1), rtol=1e-4
+    )
     for key in ("diverging", "tree_depth", "step_size", "acceptance_rate", "lp"):
         assert post.sample_stats[key].shape == (2, 60), key
     assert post.latent_names == ["w", "sigma"]
@@ -55,8 +65,16 @@ def test_shapes_thinning_and_stats(fitted):
 
 def test_same_seed_same_draws(fitted):
     backend, post, X, y = fitted
-    again = bdl.fit(linreg(X, y), backend=backend, num_warmup=150, num_samples=60,
-                    num_chains=2, thinning=2, seed=3, progress=False)
+    again = bdl.fit(
+        linreg(X, y),
+        backend=backend,
+        num_warmup=150,
+        num_samples=60,
+        num_chains=2,
+        thinning=2,
+        seed=3,
+        progress=False,
+    )
     np.testing.assert_array_equal(post.samples["w"], again.samples["w"])
 
 
@@ -119,8 +137,14 @@ def test_classification_predict_entropies(backend):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, 3))
     y = np.digitize(X @ np.array([2.0, -1.0, 0.0]), [-1.0, 1.0]).astype(np.int64)
-    post = bdl.fit(logistic(X, y), backend=backend, num_warmup=150, num_samples=80, num_chains=1,
-                   progress=False)
+    post = bdl.fit(
+        logistic(X, y),
+        backend=backend,
+        num_warmup=150,
+        num_samples=80,
+        num_chains=1,
+        progress=False,
+    )
     pred = post.predict(logistic(X[:5]))
     assert pred.kind == "classification" and pred.probs.shape == (5, 3)
     np.testing.assert_allclose(pred.probs.sum(-1), 1.0, rtol=1e-5)

@@ -145,7 +145,9 @@ def describe_violation(key: str, array: np.ndarray, constraint: C.Constraint) ->
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(array)
         if constraint.event_dim:
-            finite = np.all(finite.reshape(finite.shape[: finite.ndim - constraint.event_dim] + (-1,)), -1)
+            finite = np.all(
+                finite.reshape(finite.shape[: finite.ndim - constraint.event_dim] + (-1,)), -1
+            )
         ok = np.asarray(constraint.check(array)) & finite
     if np.all(ok):
         return None

@@ -49,24 +49,34 @@ def _lower_cholesky(x):
 real = Constraint("real", lambda x: np.isfinite(x), "a finite real number")
 positive = Constraint("positive", lambda x: x > 0, "a number > 0")
 nonnegative = Constraint("nonnegative", lambda x: x >= 0, "a number >= 0")
-unit_interval = Constraint("unit_interval", lambda x: (x >= 0) & (x <= 1), "a probability in [0, 1]")
+unit_interval = Constraint(
+    "unit_interval", lambda x: (x >= 0) & (x <= 1), "a probability in [0, 1]"
+)
 boolean = Constraint("boolean", lambda x: (x == 0) | (x == 1), "0 or 1", discrete=True)
 nonnegative_integer = Constraint(
     "nonnegative_integer", lambda x: (x >= 0) & _is_int(x), "an integer >= 0", discrete=True
 )
-positive_integer = Constraint("positive_integer", lambda x: (x >= 1) & _is_int(x), "an integer >= 1")
+positive_integer = Constraint(
+    "positive_integer", lambda x: (x >= 1) & _is_int(x), "an integer >= 1"
+)
 integer = Constraint("integer", _is_int, "an integer", discrete=True)
 simplex = Constraint("simplex", _simplex, "a probability vector (>= 0, summing to 1)", event_dim=1)
-real_vector = Constraint("real_vector", lambda x: np.all(np.isfinite(x), axis=-1), "a real vector", 1)
+real_vector = Constraint(
+    "real_vector", lambda x: np.all(np.isfinite(x), axis=-1), "a real vector", 1
+)
 positive_definite = Constraint(
     "positive_definite", _positive_definite, "a symmetric positive-definite matrix", 2
 )
 lower_cholesky = Constraint(
     "lower_cholesky", _lower_cholesky, "a lower-triangular matrix with a positive diagonal", 2
 )
-corr_cholesky = Constraint("corr_cholesky", _lower_cholesky, "the Cholesky factor of a correlation matrix", 2)
+corr_cholesky = Constraint(
+    "corr_cholesky", _lower_cholesky, "the Cholesky factor of a correlation matrix", 2
+)
 interval = Constraint("interval", lambda x: np.isfinite(x), "a number inside [low, high]")
-integer_interval = Constraint("integer_interval", _is_int, "an integer inside [0, total_count]", discrete=True)
+integer_interval = Constraint(
+    "integer_interval", _is_int, "an integer inside [0, total_count]", discrete=True
+)
 
 #: Constraints a ``param`` may carry.
 CONSTRAINT_NAMES = {"real", "positive", "unit_interval", "simplex", "lower_cholesky"}

@@ -137,7 +137,9 @@ class Uniform(Distribution):
     def _check_relations(self) -> str | None:
         low, high = _concrete(self.params["low"]), _concrete(self.params["high"])
         if low is not None and high is not None and np.any(low >= high):
-            return f"needs low < high, got low={self.params['low']!r}, high={self.params['high']!r}."
+            return (
+                f"needs low < high, got low={self.params['low']!r}, high={self.params['high']!r}."
+            )
         return None
 
 
@@ -171,7 +173,11 @@ class Bernoulli(Distribution):
 
 
 class Binomial(Distribution):
-    arg_constraints = {"total_count": C.nonnegative_integer, "probs": C.unit_interval, "logits": C.real}
+    arg_constraints = {
+        "total_count": C.nonnegative_integer,
+        "probs": C.unit_interval,
+        "logits": C.real,
+    }
     support = C.integer_interval
     exclusive = ("probs", "logits")
 
@@ -246,6 +252,8 @@ class LKJCholesky(Distribution):
         if not isinstance(dimension, int) or dimension < 2:
             from ..errors import DistributionError
 
-            raise DistributionError(f"LKJCholesky: dimension must be an int >= 2, got {dimension!r}.")
+            raise DistributionError(
+                f"LKJCholesky: dimension must be an int >= 2, got {dimension!r}."
+            )
         super().__init__(concentration=concentration)
         self.params["dimension"] = dimension

@@ -67,7 +67,9 @@ def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np
             )
         rows = []
         for chain in range(num_chains):
-            sites = trace_model(setup.bound, be, seed=seed + chain, missing="uniform", values=dict(init))
+            sites = trace_model(
+                setup.bound, be, seed=seed + chain, missing="uniform", values=dict(init)
+            )
             rows.append(layout.unconstrain({n: sites[n].value for n in layout.names}, be))
         return np.stack(rows)
     if init in ("prior", "median"):
@@ -102,7 +104,9 @@ def replay_draws(setup: Setup, flat: np.ndarray) -> tuple[dict, dict]:
 
     def merge(parts):
         return {
-            k: np.concatenate([p[k] for p in parts]).reshape((chains, draws) + parts[0][k].shape[1:])
+            k: np.concatenate([p[k] for p in parts]).reshape(
+                (chains, draws) + parts[0][k].shape[1:]
+            )
             for k in parts[0]
         }
 
@@ -119,7 +123,9 @@ def build_posterior(setup: Setup, flat: np.ndarray, sample_stats: dict, method: 
         sample_stats=sample_stats,
         log_likelihood=loglik,
         observed_data={
-            n: setup.backend.to_numpy(s.value) for n, s in setup.sites.items() if s.kind == "observed"
+            n: setup.backend.to_numpy(s.value)
+            for n, s in setup.sites.items()
+            if s.kind == "observed"
         },
         dims=site_dims(setup.sites),
         method=method,

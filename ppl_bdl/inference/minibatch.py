@@ -30,7 +30,7 @@ def minibatch_plate(setup: Setup, batch_size: int | None) -> tuple[str, int] | N
             f"{sorted(plates) or 'none'}. Wrap the likelihood in `with bdl.plate('data', N) as idx:` "
             "and index the data with idx."
         )
-    (name, size), = plates.items()
+    ((name, size),) = plates.items()
     if batch_size > size:
         raise ConfigError(
             f"batch_size={batch_size} is larger than the data (plate {name!r} has N={size}). Use "
