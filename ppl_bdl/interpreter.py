@@ -110,7 +110,16 @@ class Evaluator(Runtime):
                 "factor site needs its own name (inside a loop, add the index: f'w_{i}')."
             )
         self._names.add(msg.name)
-        getattr(self, "_" + msg.type)(msg)
+        if msg.type == "sample":
+            self._sample(msg)
+        elif msg.type == "param":
+            self._param(msg)
+        elif msg.type == "deterministic":
+            self._deterministic(msg)
+        elif msg.type == "factor":
+            self._factor(msg)
+        else:  # pragma: no cover - primitives only send the four types above
+            raise ModelError(f"unknown primitive type {msg.type!r} at site {msg.name!r}.")
 
     def _sample(self, msg: Message) -> None:
         be = self.backend

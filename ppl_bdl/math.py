@@ -17,6 +17,7 @@ Example
 
 from __future__ import annotations
 
+import math as _math
 from typing import Any
 
 from .runtime import current_backend
@@ -45,13 +46,8 @@ def _dispatch(name: str):
     return fn
 
 
-def __getattr__(name: str):
-    # Constants that need no backend.
-    if name == "pi":
-        import math
-
-        return math.pi
-    raise AttributeError(f"ppl_bdl.math has no function {name!r}; available: {', '.join(NAMES)}")
+#: The constant π (no backend needed).
+pi = _math.pi
 
 
 abs = _dispatch("abs")  # noqa: A001
