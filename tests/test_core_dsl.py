@@ -150,3 +150,19 @@ def test_float64_precision(backend):
         progress=False,
     )
     assert post.samples["w"].dtype == np.float64
+
+
+def test_uninstalled_backend_names_the_extra(monkeypatch):
+    from ppl_bdl import backends
+
+    monkeypatch.setattr(backends, "_installed", lambda name: name != "pyro")
+    assert backends.available() == ["numpyro"]
+    with pytest.raises(bdl.BackendError, match=r"pip install 'ppl_bdl\[pyro\]'"):
+        backends.get("pyro", precision="float64")
+
+
+def test_backends_are_found_through_entry_points():
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="ppl_bdl.backends")}
+    assert {"pyro", "numpyro"} <= names
