@@ -166,3 +166,59 @@ def test_backends_are_found_through_entry_points():
 
     names = {ep.name for ep in entry_points(group="ppl_bdl.backends")}
     assert {"pyro", "numpyro"} <= names
+
+
+def test_factor_target_and_hmc(backend):
+    """A standard normal written as a flat prior plus a factor: NUTS and HMC recover it."""
+
+    @bdl.model
+    def by_factor():
+        x = bdl.sample("x", dist.ImproperUniform(), shape=(2,))
+        bdl.factor("target", -0.5 * bm.sum(x**2))
+
+    for method, extra in (("nuts", {}), ("hmc", {"num_steps": 8})):
+        post = bdl.fit(by_factor(), backend=backend, method=method, num_warmup=300, num_samples=500,
+                       num_chains=2, seed=1, progress=False, **extra)
+        x = post.samples["x"].reshape(-1, 2)
+        ess = float(np.min(__import__("arviz").ess(post.to_arviz(), var_names=["x"])["x"].values))
+        # mean within 4 MCSE (sd 1 / sqrt(ESS)); variance within 4 of its MC error sqrt(2 / ESS)
+        assert np.all(np.abs(x.mean(0)) < 4 / np.sqrt(ess)), (method, x.mean(0), ess)
+        assert np.all(np.abs(x.var(0) - 1.0) < 4 * np.sqrt(2 / ess)), (method, x.var(0), ess)
+        if method == "hmc":
+            assert "tree_depth" not in post.sample_stats
+
+
+def test_param_is_held_at_its_initial_value_by_nuts(backend):
+    @bdl.model
+    def with_param(y):
+        scale = bdl.param("noise", 2.0, constraint="positive")
+        mu = bdl.sample("mu", dist.Normal(0.0, 10.0))
+        with bdl.plate("data", y.shape[0]) as idx:
+            bdl.sample("y", dist.Normal(mu, scale), obs=y[idx])
+
+    y = np.array([1.0, 3.0])
+    post = bdl.fit(with_param(y), backend=backend, num_warmup=300, num_samples=400, num_chains=1,
+                   seed=0, progress=False)
+    np.testing.assert_allclose(post.params["noise"], 2.0)
+    # conjugate: posterior sd of mu = 1 / sqrt(1/100 + 2/4)
+    sd = 1 / np.sqrt(1 / 100 + 2 / 4)
+    assert abs(post.samples["mu"].std() - sd) < 0.15 * sd
+
+
+def test_local_latents_in_a_plate(backend):
+    """Eight schools, centered, with theta as a plate-local latent: shapes and dims."""
+    y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
+    sigma = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
+
+    @bdl.model
+    def centered(y, sigma):
+        mu = bdl.sample("mu", dist.Normal(0.0, 5.0))
+        tau = bdl.sample("tau", dist.HalfCauchy(5.0))
+        with bdl.plate("school", 8) as idx:
+            theta = bdl.sample("theta", dist.Normal(mu, tau))
+            bdl.sample("y", dist.Normal(theta, sigma[idx]), obs=y[idx])
+
+    post = bdl.fit(centered(y, sigma), backend=backend, num_warmup=100, num_samples=50,
+                   num_chains=1, progress=False)
+    assert post.samples["theta"].shape == (1, 50, 8)
+    assert post.to_arviz().posterior["theta"].dims == ("chain", "draw", "school")
