@@ -31,6 +31,9 @@ class NativeSettings:
     step_size: float | None
     dense_mass: bool
     progress: bool
+    #: NumPyro only: "sequential" (each chain compiles its own step), "vectorized" (one compile,
+    #: chains in lockstep) or "parallel" (one device per chain). Pyro runs chains one by one.
+    chain_method: str = "sequential"
 
 
 @dataclass

@@ -60,7 +60,8 @@ def fit(
         A progress bar (default: on a terminal, off in CI).
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
-        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC); for SG-MCMC and VI see their docs.
+        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` (NumPyro:
+        "sequential", "vectorized" or "parallel"); for SG-MCMC and VI see their docs.
 
     Returns
     -------
@@ -106,7 +107,9 @@ def fit(
     if entry.kind == "native":
         from .inference.native_mcmc import run_native_mcmc
 
-        allowed = {"target_accept", "max_tree_depth", "num_steps", "step_size", "dense_mass"}
+        allowed = {
+            "target_accept", "max_tree_depth", "num_steps", "step_size", "dense_mass", "chain_method"
+        }  # fmt: skip
         unknown = set(options) - allowed
         if unknown:
             raise ConfigError(

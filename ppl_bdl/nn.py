@@ -3,6 +3,10 @@
 A network ``f_θ(x) = W_L g(... g(W_1 x + b_1)) + b_L`` whose weights and biases have the prior
 ``N(0, s²)``; in the MAP view that is weight decay with λ = 1 / s².
 
+Calling a layer samples its weights and applies them: ``net(X)``. To run the network on a
+minibatch only, sample the weights first, outside the plate, and apply them inside it: the weights
+stay global and a step costs O(batch), not O(N).
+
 Example
 -------
 >>> import numpy as np, ppl_bdl as bdl
@@ -10,10 +14,11 @@ Example
 >>> @bdl.model
 ... def bnn(X, y=None):
 ...     net = nn.MLP("net", [X.shape[1], 50, 1], activation="tanh", prior=dist.Normal(0.0, 1.0))
-...     mean = net(X)[..., 0]
+...     f = net.sample()                      # weight sites, outside the plate
 ...     sigma = bdl.sample("sigma", dist.HalfNormal(1.0))
 ...     with bdl.plate("data", X.shape[0]) as idx:
-...         bdl.sample("y", dist.Normal(mean[idx], sigma), obs=None if y is None else y[idx])
+...         mean = f(X[idx])[..., 0]          # only the batch goes through the network
+...         bdl.sample("y", dist.Normal(mean, sigma), obs=None if y is None else y[idx])
 """
 
 from __future__ import annotations
@@ -89,17 +94,21 @@ class Dense:
         self.prior = _prior(prior, prior_scale, f"Dense({name!r})")
         self.bias = bias
 
+    def sample(self) -> SampledNetwork:
+        """Sample the weight sites; return the layer with those weights, as a function of x."""
+        w = sample(f"{self.name}.weight", self.prior, shape=(self.in_features, self.out_features))
+        b = sample(f"{self.name}.bias", self.prior, shape=(self.out_features,)) if self.bias else None
+        return SampledNetwork([self], [(w, b)], activation=None)
+
     def __call__(self, x: Any) -> Any:
+        return self.sample()(x)
+
+    def check_input(self, x: Any) -> None:
         if x.shape[-1] != self.in_features:
             raise ModelError(
                 f"Dense({self.name!r}) expects inputs with {self.in_features} features on the last "
                 f"axis, got shape {tuple(x.shape)}."
             )
-        w = sample(f"{self.name}.weight", self.prior, shape=(self.in_features, self.out_features))
-        out = x @ w
-        if self.bias:
-            out = out + sample(f"{self.name}.bias", self.prior, shape=(self.out_features,))
-        return out
 
 
 class MLP:
@@ -133,9 +142,31 @@ class MLP:
             Dense(f"{name}.{i}", sizes[i], sizes[i + 1], prior=prior) for i in range(len(sizes) - 1)
         ]
 
+    def sample(self) -> SampledNetwork:
+        """Sample every layer's weight sites; return the network with those weights, as a
+        function of x (call it inside a plate on the batch's inputs)."""
+        weights = [layer.sample().weights[0] for layer in self.layers]
+        return SampledNetwork(self.layers, weights, activation=self.activation)
+
     def __call__(self, x: Any) -> Any:
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
+        return self.sample()(x)
+
+
+class SampledNetwork:
+    """A network with sampled weights: ``f(x)`` applies it (no new sites are sampled)."""
+
+    def __init__(self, layers: list[Dense], weights: list[tuple[Any, Any]], activation):
+        self.layers = layers
+        self.weights = weights
+        self.activation = activation
+
+    def __call__(self, x: Any) -> Any:
+        last = len(self.layers) - 1
+        for i, (layer, (w, b)) in enumerate(zip(self.layers, self.weights, strict=True)):
+            layer.check_input(x)
+            x = x @ w
+            if b is not None:
+                x = x + b
+            if i < last:
                 x = self.activation(x)
         return x

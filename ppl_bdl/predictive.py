@@ -157,7 +157,8 @@ def _run(bound, be, values: dict, num_samples: int, seed: int, params: dict, kee
 
 def _result(bound, be, draws, moments, site, seed):
     """Summaries for ``site``, by default the last predicted site of the model (the likelihood)."""
-    sites = trace_model(bound, be, seed=seed, missing="prior", validate=False)
+    # Only shapes and specs are read here; "uniform" also works for flat (ImproperUniform) priors.
+    sites = trace_model(bound, be, seed=seed, missing="uniform", validate=False)
     predicted = [n for n in sites if n in moments]
     if site is None:
         if not predicted:

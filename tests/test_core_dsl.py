@@ -222,3 +222,13 @@ def test_local_latents_in_a_plate(backend):
                    num_chains=1, progress=False)
     assert post.samples["theta"].shape == (1, 50, 8)
     assert post.to_arviz().posterior["theta"].dims == ("chain", "draw", "school")
+
+
+def test_numpyro_vectorized_chains_match_their_own_settings():
+    X, y = _data()
+    kw = dict(backend="numpyro", num_warmup=100, num_samples=50, num_chains=2, seed=0, progress=False)
+    vec = bdl.fit(linreg(X, y), chain_method="vectorized", **kw)
+    assert vec.samples["w"].shape == (2, 50, 3)
+    np.testing.assert_allclose(vec.samples["w"].mean((0, 1)), [1.0, -1.0, 0.5], atol=0.2)
+    with pytest.raises(bdl.ConfigError, match="chain_method"):
+        bdl.fit(linreg(X, y), chain_method="threads", **kw)

@@ -12,10 +12,14 @@ import ppl_bdl
 
 
 def _modules() -> list[str]:
-    names = ["ppl_bdl"]
-    for info in pkgutil.walk_packages(ppl_bdl.__path__, prefix="ppl_bdl."):
-        names.append(info.name)
-    return sorted(n for n in names if not n.endswith("__main__"))
+    import ppl_bdl.backends
+    import ppl_bdl.models
+
+    names = ["ppl_bdl", "ppl_bdl.backends", "ppl_bdl.models"]
+    for package in (ppl_bdl, ppl_bdl.backends, ppl_bdl.models):
+        prefix = package.__name__ + "."
+        names += [info.name for info in pkgutil.walk_packages(package.__path__, prefix=prefix)]
+    return sorted({n for n in names if not n.endswith("__main__")})
 
 
 @pytest.mark.parametrize("name", _modules())

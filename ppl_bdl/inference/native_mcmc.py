@@ -24,9 +24,14 @@ def run_native_mcmc(
     step_size: float | None = None,
     dense_mass: bool = False,
     progress: bool = False,
+    chain_method: str = "sequential",
 ):
     if not 0.0 < target_accept < 1.0:
         raise ConfigError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+    if chain_method not in ("sequential", "vectorized", "parallel"):
+        raise ConfigError(
+            f"chain_method must be 'sequential', 'vectorized' or 'parallel', got {chain_method!r}."
+        )
     if not isinstance(max_tree_depth, int) or max_tree_depth < 1:
         raise ConfigError(f"max_tree_depth must be a positive int, got {max_tree_depth!r}.")
     be = setup.backend
@@ -48,6 +53,7 @@ def run_native_mcmc(
         step_size=step_size,
         dense_mass=dense_mass,
         progress=progress,
+        chain_method=chain_method,
     )
     init_positions = initial_positions(setup, init, num_chains, seed)
     positions, stats = be.run_native_mcmc(potential_fn, init_positions, settings, seed)

@@ -1,0 +1,215 @@
+"""``ppl-bdl demo``: a BNN regression and eight schools, fitted with NUTS on every installed backend.
+
+For each backend the demo prints an ArviZ summary, the largest R-hat, the divergences, the BNN's
+predictive RMSE and mean log predictive density on held-out points, and eight schools' PSIS-LOO;
+it writes each posterior to NetCDF and a trace plot, a forest plot and the BNN's predictive band
+to PNG files in the output folder. The data ships with the package (no download).
+
+Example
+-------
+>>> from ppl_bdl.demo import run_demo
+>>> results = run_demo("demo_out", backends=["numpyro"], quick=True)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+#: NUTS settings: (BNN, eight schools). ``quick`` is for tests and smoke runs.
+SETTINGS = {
+    "full": (
+        dict(num_warmup=250, num_samples=250, num_chains=2, max_tree_depth=5),
+        dict(num_warmup=400, num_samples=400, num_chains=2, target_accept=0.9),
+    ),
+    "quick": (
+        dict(num_warmup=40, num_samples=40, num_chains=2, max_tree_depth=4),
+        dict(num_warmup=60, num_samples=60, num_chains=2, max_tree_depth=5),
+    ),
+}
+BNN_HIDDEN = (10,)
+
+
+@dataclass
+class DemoResult:
+    """What the demo measured on one backend (also printed)."""
+
+    backend: str
+    bnn_rmse: float
+    bnn_log_likelihood: float
+    bnn_max_rhat: float
+    schools_max_rhat: float
+    schools_divergences: int
+    schools_elpd_loo: float
+    seconds: float
+    files: list[Path] = field(default_factory=list)
+
+
+def _split(X: np.ndarray, y: np.ndarray):
+    """Every fourth point is held out for the predictive RMSE and log-likelihood."""
+    test = np.arange(len(y)) % 4 == 0
+    return X[~test], y[~test], X[test], y[test]
+
+
+def _single_thread_torch(backends: Sequence[str]) -> None:
+    # Small models: torch's intra-op threads cost more than they give, and oversubscribe a
+    # shared 2-core machine badly. Respect a thread count the user set explicitly.
+    import os
+
+    if "pyro" in backends and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def _max_rhat(idata, var_names=None) -> float:
+    import arviz as az
+
+    rhat = az.rhat(idata, var_names=var_names)
+    return float(max(float(np.nanmax(rhat[v].values)) for v in rhat.data_vars))
+
+
+def _save_plots(idata, bnn_pred, X_train, y_train, X_test, y_test, grid, out: Path, backend: str):
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    axes = az.plot_trace(idata, var_names=["mu", "tau"], compact=True)
+    fig = np.asarray(axes).ravel()[0].figure
+    fig.suptitle(f"eight schools (non-centred), NUTS on {backend}")
+    fig.tight_layout()
+    files.append(out / f"{backend}_eight_schools_trace.png")
+    fig.savefig(files[-1], dpi=80)
+    plt.close(fig)
+
+    axes = az.plot_forest(idata, var_names=["mu", "tau", "theta"], combined=True, hdi_prob=0.9)
+    fig = np.asarray(axes).ravel()[0].figure
+    fig.suptitle(f"eight schools, 90% HDI ({backend})", y=1.03)
+    files.append(out / f"{backend}_eight_schools_forest.png")
+    fig.savefig(files[-1], dpi=80, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    sd = np.sqrt(bnn_pred.total)
+    ax.fill_between(
+        grid[:, 0], bnn_pred.mean - 2 * sd, bnn_pred.mean + 2 * sd, alpha=0.3, label="±2 sd (total)"
+    )
+    ax.fill_between(
+        grid[:, 0], bnn_pred.mean - 2 * np.sqrt(bnn_pred.epistemic),
+        bnn_pred.mean + 2 * np.sqrt(bnn_pred.epistemic), alpha=0.4, label="±2 sd (epistemic)",
+    )  # fmt: skip
+    ax.plot(grid[:, 0], bnn_pred.mean, label="predictive mean")
+    ax.scatter(X_train[:, 0], y_train, s=8, c="k", label="train")
+    ax.scatter(X_test[:, 0], y_test, s=12, c="tab:red", marker="x", label="held out")
+    ax.set_title(f"BNN regression {list(BNN_HIDDEN)}, NUTS on {backend}")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    files.append(out / f"{backend}_bnn_predictive.png")
+    fig.savefig(files[-1], dpi=80)
+    plt.close(fig)
+    return files
+
+
+def run_backend(
+    backend: str, out: Path, quick: bool = False, seed: int = 0, echo: Callable = print
+) -> DemoResult:
+    """Fit both demo models on ``backend``; write the NetCDF and PNG files into ``out``."""
+    import arviz as az
+
+    import ppl_bdl as bdl
+    from ppl_bdl.models import bnn, posteriordb, regression
+
+    bnn_settings, schools_settings = SETTINGS["quick" if quick else "full"]
+    start = time.perf_counter()
+    echo(f"\n=== backend: {backend} ===")
+
+    X, y = regression.sine_data()
+    X_train, y_train, X_test, y_test = _split(X, y)
+    model = bnn.make_bnn_regression(hidden=BNN_HIDDEN)
+    echo(
+        f"BNN regression {[1, *BNN_HIDDEN, 1]} (tanh), {len(y_train)} training points: NUTS {bnn_settings}"
+    )
+    post = bdl.fit(
+        model(X_train, y_train),
+        backend=backend,
+        method="nuts",
+        seed=seed,
+        progress=False,
+        **bnn_settings,
+    )
+    held_out = post.predict(model(X_test), seed=seed)
+    rmse, loglik = held_out.rmse(y_test), held_out.log_likelihood(y_test)
+    bnn_idata = post.to_arviz()
+    # A BNN's weights are not identifiable (hidden units can swap), so R-hat on them says little;
+    # R-hat of the function values f(x) at the held-out inputs is the meaningful check.
+    f_draws = held_out.per_draw["mean"].reshape((post.num_chains, post.num_draws, -1))
+    bnn_rhat = float(np.nanmax(az.rhat(az.convert_to_dataset({"f": f_draws}))["f"].values))
+    echo(az.summary(bnn_idata, var_names=["sigma"]).to_string())
+    echo(
+        f"held-out RMSE {rmse:.3f}, mean log predictive density {loglik:.3f}, "
+        f"max R-hat of f(x) at held-out x {bnn_rhat:.3f}"
+    )
+    files = [post.save(out / f"{backend}_bnn_regression.nc")]
+    grid = np.linspace(-4.0, 4.0, 100)[:, None]
+    band = post.predict(model(grid), seed=seed)
+
+    schools = posteriordb.eight_schools_noncentered(**posteriordb.eight_schools_data())
+    echo(f"\neight schools (non-centred): NUTS {schools_settings}")
+    spost = bdl.fit(
+        schools, backend=backend, method="nuts", seed=seed, progress=False, **schools_settings
+    )
+    idata = spost.to_arviz()
+    echo(az.summary(idata, var_names=["mu", "tau", "theta"]).to_string())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eight points: Pareto-k warnings are expected
+        elpd = float(az.loo(idata).elpd_loo)
+    rhat = _max_rhat(idata, ["mu", "tau", "theta_trans"])
+    divergences = int(np.sum(spost.sample_stats["diverging"]))
+    echo(f"max R-hat {rhat:.3f}, divergences {divergences}, PSIS-LOO elpd {elpd:.2f}")
+    files.append(spost.save(out / f"{backend}_eight_schools.nc"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # ArviZ 0.x on new matplotlib
+        files += _save_plots(idata, band, X_train, y_train, X_test, y_test, grid, out, backend)
+    seconds = time.perf_counter() - start
+    echo(f"{backend}: {seconds:.1f} s; wrote " + ", ".join(f.name for f in files))
+    return DemoResult(backend, rmse, loglik, bnn_rhat, rhat, divergences, elpd, seconds, files)
+
+
+def run_demo(
+    out: str | Path = "ppl_bdl_demo",
+    backends: Sequence[str] | None = None,
+    quick: bool = False,
+    seed: int = 0,
+    echo: Callable = print,
+) -> list[DemoResult]:
+    """Run the demo on ``backends`` (default: every installed backend); return what it measured."""
+    import ppl_bdl as bdl
+
+    installed = bdl.backends.available()
+    backends = list(backends) if backends else installed
+    for name in backends:
+        bdl.backends.get(name)  # unknown / missing backends: a clear error before any work
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    _single_thread_torch(backends)
+    echo(f"ppl_bdl {bdl.__version__} demo: backends {backends}; output folder {out}")
+    results = [run_backend(name, out, quick=quick, seed=seed, echo=echo) for name in backends]
+    echo("\n=== summary ===")
+    echo(
+        f"{'backend':<9} {'BNN RMSE':>9} {'BNN LPD':>8} {'R-hat':>6} {'8s R-hat':>8} {'div':>4} {'elpd':>7} {'time':>6}"
+    )
+    for r in results:
+        echo(
+            f"{r.backend:<9} {r.bnn_rmse:9.3f} {r.bnn_log_likelihood:8.3f} {r.bnn_max_rhat:6.3f} "
+            f"{r.schools_max_rhat:8.3f} {r.schools_divergences:4d} {r.schools_elpd_loo:7.2f} {r.seconds:5.1f}s"
+        )
+    echo(f"files in {out}")
+    return results
