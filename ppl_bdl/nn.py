@@ -97,7 +97,11 @@ class Dense:
     def sample(self) -> SampledNetwork:
         """Sample the weight sites; return the layer with those weights, as a function of x."""
         w = sample(f"{self.name}.weight", self.prior, shape=(self.in_features, self.out_features))
-        b = sample(f"{self.name}.bias", self.prior, shape=(self.out_features,)) if self.bias else None
+        b = (
+            sample(f"{self.name}.bias", self.prior, shape=(self.out_features,))
+            if self.bias
+            else None
+        )
         return SampledNetwork([self], [(w, b)], activation=None)
 
     def __call__(self, x: Any) -> Any:

@@ -177,8 +177,17 @@ def test_factor_target_and_hmc(backend):
         bdl.factor("target", -0.5 * bm.sum(x**2))
 
     for method, extra in (("nuts", {}), ("hmc", {"num_steps": 8})):
-        post = bdl.fit(by_factor(), backend=backend, method=method, num_warmup=300, num_samples=500,
-                       num_chains=2, seed=1, progress=False, **extra)
+        post = bdl.fit(
+            by_factor(),
+            backend=backend,
+            method=method,
+            num_warmup=300,
+            num_samples=500,
+            num_chains=2,
+            seed=1,
+            progress=False,
+            **extra,
+        )
         x = post.samples["x"].reshape(-1, 2)
         ess = float(np.min(__import__("arviz").ess(post.to_arviz(), var_names=["x"])["x"].values))
         # mean within 4 MCSE (sd 1 / sqrt(ESS)); variance within 4 of its MC error sqrt(2 / ESS)
@@ -197,8 +206,15 @@ def test_param_is_held_at_its_initial_value_by_nuts(backend):
             bdl.sample("y", dist.Normal(mu, scale), obs=y[idx])
 
     y = np.array([1.0, 3.0])
-    post = bdl.fit(with_param(y), backend=backend, num_warmup=300, num_samples=400, num_chains=1,
-                   seed=0, progress=False)
+    post = bdl.fit(
+        with_param(y),
+        backend=backend,
+        num_warmup=300,
+        num_samples=400,
+        num_chains=1,
+        seed=0,
+        progress=False,
+    )
     np.testing.assert_allclose(post.params["noise"], 2.0)
     # conjugate: posterior sd of mu = 1 / sqrt(1/100 + 2/4)
     sd = 1 / np.sqrt(1 / 100 + 2 / 4)
@@ -218,15 +234,23 @@ def test_local_latents_in_a_plate(backend):
             theta = bdl.sample("theta", dist.Normal(mu, tau))
             bdl.sample("y", dist.Normal(theta, sigma[idx]), obs=y[idx])
 
-    post = bdl.fit(centered(y, sigma), backend=backend, num_warmup=100, num_samples=50,
-                   num_chains=1, progress=False)
+    post = bdl.fit(
+        centered(y, sigma),
+        backend=backend,
+        num_warmup=100,
+        num_samples=50,
+        num_chains=1,
+        progress=False,
+    )
     assert post.samples["theta"].shape == (1, 50, 8)
     assert post.to_arviz().posterior["theta"].dims == ("chain", "draw", "school")
 
 
 def test_numpyro_vectorized_chains_match_their_own_settings():
     X, y = _data()
-    kw = dict(backend="numpyro", num_warmup=100, num_samples=50, num_chains=2, seed=0, progress=False)
+    kw = dict(
+        backend="numpyro", num_warmup=100, num_samples=50, num_chains=2, seed=0, progress=False
+    )
     vec = bdl.fit(linreg(X, y), chain_method="vectorized", **kw)
     assert vec.samples["w"].shape == (2, 50, 3)
     np.testing.assert_allclose(vec.samples["w"].mean((0, 1)), [1.0, -1.0, 0.5], atol=0.2)

@@ -8,8 +8,6 @@ import pkgutil
 
 import pytest
 
-import ppl_bdl
-
 
 def _modules() -> list[str]:
     import ppl_bdl.backends
