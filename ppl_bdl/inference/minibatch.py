@@ -64,11 +64,14 @@ class EpochBatches:
     def next_block(self, num_steps: int) -> np.ndarray:
         """Indices for the next ``num_steps`` steps, shaped (num_steps, batch_size)."""
         out = np.empty((num_steps, self.batch_size), dtype=np.int64)
-        for i in range(num_steps):
+        done, b = 0, self.batch_size
+        while done < num_steps:  # whole runs of one epoch at a time (same indices as step by step)
             if self._position == self.per_epoch:
                 self._perm = self._rng.permutation(self.size)
                 self._position = 0
-            start = self._position * self.batch_size
-            out[i] = self._perm[start : start + self.batch_size]
-            self._position += 1
+            take = min(num_steps - done, self.per_epoch - self._position)
+            start = self._position * b
+            out[done : done + take] = self._perm[start : start + take * b].reshape(take, b)
+            self._position += take
+            done += take
         return out

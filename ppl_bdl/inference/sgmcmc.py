@@ -1,0 +1,436 @@
+"""The SG-MCMC driver: minibatch gradients, step-size schedules, chains, warmup, thinning.
+
+One driver runs every registered SG-MCMC kernel on every backend. It builds the minibatch
+gradient of the potential Ũ(θ) of the chapter's Eq. 2.8 from the model, evaluates the step-size
+schedule, and runs the kernel's steps in a compiled loop (:meth:`Backend.compile_loop`): on
+NumPyro one jitted ``lax.scan`` per chunk of steps with the chains vectorised; on Pyro a lean
+torch loop, one chain after another.
+
+Chain c uses its own random key (from ``seed`` and c) and its own minibatch order, so the same
+seed gives the same draws, and a chain's draws do not depend on how many chains run beside it.
+
+A kernel factory may declare the keyword settings ``num_steps`` (T, the steps of the whole run),
+``num_cycles`` (M) and ``exploration`` (β); the driver supplies the first two. A factory that takes
+``exploration`` is cyclical with an exploration stage (cSGLD, cSGHMC): its step size follows the
+cyclical schedule, draws are kept only in sampling stages, and the run lengthens so that
+``num_samples`` draws are kept after ``num_warmup`` steps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, InferenceError
+from ..layout import make_potential
+from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
+from .common import Setup, build_posterior, initial_positions
+from .minibatch import EpochBatches, minibatch_plate
+
+#: Keyword settings a kernel factory may declare; the driver fills them in.
+DRIVER_SUPPLIED = ("num_steps", "num_cycles")
+#: Floats of kept positions per compiled chunk (bounds the memory of a chunk's outputs).
+CHUNK_FLOATS = 25_000_000
+MAX_CHUNK = 1000
+
+
+def chain_seed(seed: int, chain: int) -> int:
+    """The integer seed of chain ``chain`` (its random key and its minibatch order)."""
+    return int(seed) * 1_000_003 + int(chain)
+
+
+def run_sgmcmc(
+    setup: Setup,
+    entry,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    num_chains: int,
+    thinning: int,
+    seed: int,
+    init: Any,
+    progress: bool = False,
+    step_size: float | None = None,
+    batch_size: int | None = None,
+    schedule: str | None = None,
+    num_cycles: int = 4,
+    decay_offset: float = 1.0,
+    decay_power: float = 0.55,
+    chunk_size: int | None = None,
+    **kernel_options: Any,
+):
+    """Run the SG-MCMC kernel of registry ``entry`` on a prepared model; return a Posterior.
+
+    Parameters
+    ----------
+    step_size : float
+        α_0 (the learning rate η for SGHMC), > 0. Required.
+    batch_size : int, optional
+        Minibatch size B <= N; full batch without it.
+    schedule : {"constant", "polynomial", "cyclical"}
+        The step-size schedule (default "constant"; cSGLD/cSGHMC always use "cyclical").
+    num_cycles : int
+        M for the cyclical schedule (4).
+    decay_offset, decay_power : float
+        b and γ of the polynomial schedule α_0 (1 + t / b)^(−γ).
+    chunk_size : int, optional
+        Steps per compiled call (default: up to 1000, bounded by memory).
+    **kernel_options
+        The kernel's own settings (e.g. ``temperature``, ``friction``, ``momentum_decay``,
+        ``mass``, ``exploration``).
+
+    Example
+    -------
+    >>> import numpy as np, ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> @bdl.model
+    ... def mean_model(y):
+    ...     mu = bdl.sample("mu", dist.Normal(0.0, 10.0))
+    ...     with bdl.plate("data", y.shape[0]) as idx:
+    ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
+    >>> y = np.random.default_rng(0).normal(size=100)
+    >>> post = bdl.fit(mean_model(y), backend="numpyro", method="sgld", step_size=1e-3,
+    ...                batch_size=10, num_warmup=100, num_samples=200, num_chains=2, progress=False)
+    >>> post.samples["mu"].shape
+    (2, 200)
+    """
+    be, layout = setup.backend, setup.layout
+    name = entry.name
+    if step_size is None:
+        raise ConfigError(
+            f"method {name!r} needs a step_size (α_0 of the schedule; the learning rate for SGHMC), "
+            "e.g. step_size=1e-4. There is no safe default: it depends on the data size and model."
+        )
+    plate = minibatch_plate(setup, batch_size)
+    params = inspect.signature(entry.factory).parameters
+    cyclical_stages = "exploration" in params
+    if cyclical_stages:
+        if schedule not in (None, "cyclical"):
+            raise ConfigError(
+                f"method {name!r} runs on the cyclical schedule with exploration stages; got "
+                f"schedule={schedule!r}. Leave schedule out, or use 'sgld'/'sghmc' with "
+                f"schedule={schedule!r}."
+            )
+        schedule = "cyclical"
+        exploration = check_exploration(
+            kernel_options.get("exploration", params["exploration"].default)
+        )
+    schedule = "constant" if schedule is None else schedule
+    if schedule not in SCHEDULES:
+        from ..errors import one_of
+
+        raise one_of("schedule", schedule, list(SCHEDULES))
+
+    if isinstance(num_cycles, bool) or not isinstance(num_cycles, int) or num_cycles < 1:
+        raise ConfigError(f"num_cycles must be a positive int, got {num_cycles!r}.")
+    if cyclical_stages:
+        num_steps, keep = _cyclical_plan(
+            num_warmup, num_samples * thinning, num_cycles, exploration
+        )
+    else:
+        num_steps = num_warmup + num_samples * thinning
+        keep = np.zeros(num_steps, bool)
+        keep[num_warmup:] = True
+    # Thinning: of the steps eligible to be kept, every thinning-th (the last of each block).
+    eligible = np.flatnonzero(keep)[: num_samples * thinning]
+    keep = np.zeros(num_steps, bool)
+    keep[eligible[thinning - 1 :: thinning]] = True
+
+    sizes = make_schedule(
+        schedule, step_size, num_steps=num_steps, num_cycles=num_cycles,
+        decay_offset=decay_offset, decay_power=decay_power,
+    )  # fmt: skip
+    kernel = _build_kernel(
+        entry, params, kernel_options, num_steps=num_steps, num_cycles=num_cycles
+    )
+    with be.precision_scope(), be.activate():
+        step_sizes = np.asarray(be.to_numpy(sizes(np.arange(num_steps))), dtype=float)
+    positions0 = initial_positions(setup, init, num_chains, seed)
+    potential = make_potential(setup.bound, be, layout, setup.params)
+    dim = layout.dim
+    if chunk_size is None:
+        chunk_size = int(max(1, min(MAX_CHUNK, CHUNK_FLOATS // max(1, num_chains * dim))))
+    chunk_size = min(chunk_size, num_steps)
+    driver = _Driver(
+        be, kernel, potential, plate, batch_size, step_sizes, keep, chunk_size, name, progress,
+        schedule=sizes,
+    )  # fmt: skip
+    driver.use_site_gradient(setup)
+    vectorised = getattr(be, "array_family", "") == "jax"
+    chains = list(range(num_chains))
+    groups = [chains] if vectorised else [[c] for c in chains]
+    draws: list[np.ndarray] = []  # one (draw, dim) per chain
+    stats: list[dict] = []
+    for group in groups:
+        failure = driver.run(group, positions0[group], seed, draws, stats)
+        if failure is not None:
+            raise _failure_error(setup, failure, draws, stats, name, num_samples)
+    flat = np.stack(draws)
+    sample_stats = {k: np.stack([s[k] for s in stats]) for k in stats[0]}
+    return build_posterior(setup, flat, sample_stats, name)
+
+
+def make_site_potential(setup: Setup):
+    """U(sites, batch) = −log p(θ, D_batch) − log|J| for a dict of unconstrained site values (the
+    per-site form of :func:`ppl_bdl.layout.make_potential`)."""
+    from ..interpreter import Evaluator
+
+    be, bound = setup.backend, setup.bound
+    args, kwargs = bound.data_for(be)
+    fn = bound.model.fn
+
+    def potential(sites, batch=None):
+        ev = Evaluator(be, unconstrained=sites, params=setup.params, batch=batch)
+        with ev:
+            fn(*args, **kwargs)
+        return -ev.log_joint
+
+    return potential
+
+
+def _cyclical_plan(num_warmup: int, needed: int, num_cycles: int, exploration: float):
+    """Smallest T whose sampling-stage steps after warmup number at least ``needed``."""
+    total = num_warmup + int(np.ceil(needed / (1.0 - exploration)))
+    while True:
+        total = max(total, num_cycles)
+        keep = sampling_stage_mask(total, num_cycles, exploration)
+        keep[:num_warmup] = False
+        count = int(keep.sum())
+        if count >= needed:
+            return total, keep
+        total += max(1, int(np.ceil((needed - count) / (1.0 - exploration))))
+
+
+def _build_kernel(entry, params, options: dict, **supplied):
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    unknown = [k for k in options if k not in params and not var_kw]
+    if unknown:
+        settable = [n for n in accepted if n not in DRIVER_SUPPLIED]
+        raise ConfigError(
+            f"unknown option(s) {sorted(unknown)} for method {entry.name!r}. Its kernel settings: "
+            f"{settable}; driver settings: ['batch_size', 'chunk_size', 'decay_offset', "
+            "'decay_power', 'num_cycles', 'schedule', 'step_size']."
+        )
+    given = {k: v for k, v in supplied.items() if k in params or var_kw}
+    return entry.factory(**options, **given)
+
+
+class _Driver:
+    """Runs groups of chains (all at once on JAX, one at a time on torch) in compiled chunks."""
+
+    def __init__(
+        self, be, kernel, potential, plate, batch_size, step_sizes, keep, chunk, name, progress,
+        schedule=None,
+    ):  # fmt: skip
+        self.be, self.kernel, self.potential = be, kernel, potential
+        self.plate, self.batch_size = plate, batch_size
+        self.step_sizes, self.keep, self.chunk = step_sizes, keep, chunk
+        self.name, self.progress = name, progress
+        self.vectorised = getattr(be, "array_family", "") == "jax"
+        # On JAX the step size is computed in the loop from a step counter in the carry: a scalar
+        # read from the scanned inputs measurably slows XLA's CPU step (about 2x here).
+        self.schedule = schedule if self.vectorised else None
+        self.runner = be.compile_loop(self._loop_step, self._check)
+        self.traced_grad = None
+        self.site_potential = None
+        self.layout = None
+
+    def use_site_gradient(self, setup: Setup) -> None:
+        """On JAX, differentiate the potential per latent site (same value, a faster backward)."""
+        if self.vectorised:
+            self.layout = setup.layout
+            self.site_potential = make_site_potential(setup)
+
+    def _trace_grad(self, position) -> None:
+        """On torch, trace the minibatch gradient once (a sound shortcut past the per-step
+        model walk; see :func:`ppl_bdl.backends.pyro_kernels.trace_minibatch_grad`)."""
+        if self.vectorised or self.traced_grad is not None or self.be.name != "pyro":
+            return
+        from ..backends.pyro_kernels import trace_minibatch_grad
+
+        be = self.be
+        with be.precision_scope():
+            flat = be.asarray(position)
+            idx = be.asarray(np.arange(self.batch_size)) if self.plate else None
+            plate = self.plate[0] if self.plate else None
+            self.traced_grad = trace_minibatch_grad(be, self.potential, plate, flat, idx)
+
+    # -- the compiled step ------------------------------------------------------------------------
+    def _grad_fn(self, idx):
+        if self.traced_grad is not None:
+            return lambda flat: self.traced_grad(flat, idx)
+        batch = None if idx is None else {self.plate[0]: idx}
+        if self.site_potential is not None:
+            # Differentiate per site and concatenate: the backward pass of slicing one flat
+            # vector (pads and adds) costs more than the gradient of this small network.
+            be, layout, site_potential = self.be, self.layout, self.site_potential
+            grad = be.grad(lambda sites: site_potential(sites, batch))
+
+            def site_grad(flat):
+                parts = grad(layout.unflatten(flat))
+                return be.math.concatenate(
+                    [be.math.reshape(parts[s.name], (-1,)) for s in layout.slots]
+                )
+
+            return site_grad
+        potential = self.potential
+        return self.be.grad(lambda flat: potential(flat, batch))
+
+    def _chain_step(self, state, key, idx, step_size):
+        be = self.be
+        grad_fn = self._grad_fn(idx)
+        if self.vectorised:  # per-step keys were split in bulk for the chunk (see _inputs)
+            sub = key
+        else:
+            key, sub = be.random.split(key)
+        new, info = self.kernel.step(sub, state, grad_fn, step_size)
+        info = dict(info)
+        info["finite"] = be.math.isfinite(be.math.sum(new["position"]))
+        return new, key, info
+
+    def _loop_step(self, carry, _key, x):
+        be = self.be
+        with be.activate():
+            if self.schedule is not None:
+                step_size = self.schedule(carry["t"])
+            else:
+                step_size = x["step_size"]
+            single = lambda s, k, i: self._chain_step(s, k, i, step_size)  # noqa: E731
+            keys = x["keys"] if self.vectorised else carry["keys"]
+            args = (carry["state"], keys, x.get("idx"))
+            if not self.vectorised:
+                state, keys, info = single(*args)
+            elif _leading(keys) == 1:
+                # One chain: drop the chain axis instead of vmapping over it (a batch of one
+                # turns every matmul into a batched one).
+                first = be.tree_map(lambda a: a[0], args)
+                out = single(*first)
+                state, keys, info = be.tree_map(lambda a: be.math.expand_dims(a, 0), out)
+            else:
+                state, keys, info = be.vmap(single)(*args)
+        out = dict(info)
+        out["position"] = state["position"]
+        new = {"state": state}
+        if not self.vectorised:
+            new["keys"] = keys
+        if "t" in carry:
+            new["t"] = carry["t"] + 1
+        return new, out
+
+    def _check(self, out):
+        finite = out["finite"]
+        return self.be.math.min(finite * 1) > 0 if self.vectorised else finite
+
+    # -- running ----------------------------------------------------------------------------------
+    def run(self, group: list[int], positions0: np.ndarray, seed: int, draws: list, stats: list):
+        """Run ``group`` of chains; append their kept draws and stats. Return a failure or None."""
+        be, kernel = self.be, self.kernel
+        self._trace_grad(positions0[0])
+        with be.precision_scope(), be.activate():
+            if self.vectorised:
+                keys = be.math.stack([be.random.key(chain_seed(seed, c)) for c in group])
+                state = be.vmap(kernel.init)(be.asarray(positions0))
+            else:
+                keys = be.random.key(chain_seed(seed, group[0]))
+                state = kernel.init(be.asarray(positions0[0]))
+            loop_key = be.random.key(0)
+            carry = {"state": state} if self.vectorised else {"state": state, "keys": keys}
+            if self.schedule is not None:
+                carry["t"] = be.asarray(np.asarray(0), dtype="int")
+        self._chain_keys = keys
+        batches = [
+            EpochBatches(self.plate[1], self.batch_size, [seed, c, 7]) if self.plate else None
+            for c in group
+        ]
+        kept_pos, kept_info = [], []
+        total = len(self.keep)
+        failure = None
+        for start in range(0, total, self.chunk):
+            # JAX: one compiled shape, the last chunk padded; torch: no wasted steps.
+            n = self.chunk if self.vectorised else min(self.chunk, total - start)
+            with be.precision_scope():
+                xs = self._inputs(start, n, batches)
+            result = self.runner(carry, loop_key, xs, n)  # the loop's own keys go unused
+            carry = result.carry
+            stop = min(n, total - start)
+            if result.stopped_at is not None:
+                stop = min(stop, result.stopped_at)
+            outs = {k: np.asarray(be.to_numpy(v)) for k, v in result.outputs.items()}
+            mask = self.keep[start : start + stop]
+            kept_pos.append(outs["position"][:stop][mask])
+            kept_info.append(
+                {k: v[:stop][mask] for k, v in outs.items() if k not in ("position", "finite")}
+            )
+            if result.stopped_at is not None and start + result.stopped_at < total:
+                step = start + result.stopped_at
+                finite = outs["finite"][result.stopped_at].reshape(-1)
+                bad = [group[i] for i in np.flatnonzero(~finite.astype(bool))] or group[:1]
+                failure = (step, bad, float(self.step_sizes[step]))
+                break
+            if self.progress:
+                done = min(start + self.chunk, total)
+                print(f"{self.name} chains {group}: {done}/{total} steps", file=sys.stderr)
+        positions = np.concatenate(kept_pos)
+        info = {k: np.concatenate([d[k] for d in kept_info]) for k in kept_info[0]}
+        if not self.vectorised:  # add the chain axis: (draw, ...) -> (draw, 1, ...)
+            positions = positions[:, None]
+            info = {k: v[:, None] for k, v in info.items()}
+        for i in range(len(group)):
+            draws.append(positions[:, i])
+            stats.append({k: v[:, i] for k, v in info.items()})
+        return failure
+
+    def _inputs(self, start: int, n: int, batches) -> dict:
+        be = self.be
+        sizes = self.step_sizes[start : start + n]
+        if len(sizes) < n:  # pad the last chunk: one compiled shape; padded steps are discarded
+            sizes = np.concatenate([sizes, np.full(n - len(sizes), sizes[-1])])
+        xs = {} if self.schedule is not None else {"step_size": be.asarray(sizes)}
+        if self.vectorised:
+            # Per-step keys of every chain for the whole chunk, split in bulk outside the loop
+            # (cheaper than splitting inside it); each chain's stream depends only on its seed.
+            per_chain = []
+            nxt = []
+            for key in self._chain_keys:
+                key, chunk_key = be.random.split(key)
+                nxt.append(key)
+                per_chain.append(be.random.keys(chunk_key, n))
+            self._chain_keys = be.math.stack(nxt)
+            xs["keys"] = be.math.stack(per_chain, axis=1)  # (steps, chains, key)
+        if batches[0] is not None:
+            idx = np.stack([b.next_block(n) for b in batches], axis=1)  # (steps, chains, B)
+            xs["idx"] = be.asarray(idx if self.vectorised else idx[:, 0])
+        return xs
+
+
+def _leading(array) -> int:
+    return int(array.shape[0])
+
+
+def _failure_error(setup, failure, draws, stats, name: str, num_samples: int) -> InferenceError:
+    step, chains, size = failure
+    partial = None
+    if draws and min(len(d) for d in draws) > 0:
+        n = min(len(d) for d in draws)
+        flat = np.stack([d[:n] for d in draws])
+        sample_stats = {k: np.stack([s[k][:n] for s in stats]) for k in stats[0]}
+        partial = build_posterior(setup, flat, sample_stats, name)
+    kept = (
+        "no draws were kept yet"
+        if partial is None
+        else (
+            f"the {partial.samples[setup.layout.names[0]].shape[1]} draws kept per chain before it are "
+            "in error.partial"
+        )
+    )
+    return InferenceError(
+        f"SG-MCMC kernel {name!r}: chain {chains[0]} reached NaN or inf at step {step} (step size "
+        f"{size:.3g}). The step size is too large for this model and data: try a smaller step_size "
+        f"(e.g. {size / 10:.1g}), a decaying schedule, or a smaller batch noise (larger batch_size). "
+        f"{kept[0].upper() + kept[1:]} (of {num_samples} requested).",
+        partial=partial,
+    )

@@ -1,0 +1,137 @@
+"""Our SG-MCMC kernels as native MCMC kernels of each backend.
+
+:func:`native_kernel` wraps a registered SG-MCMC kernel, with a bound model and its data, as a
+``numpyro.infer.mcmc.MCMCKernel`` (backend "numpyro") or a ``pyro.infer.mcmc.MCMCKernel``
+(backend "pyro"), so NumPyro's and Pyro's own ``MCMC`` drivers run it. The native kernel draws
+its own minibatch in ``sample`` and holds the data fixed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+
+
+def native_kernel(
+    bound,
+    backend: str,
+    method: str = "sgld",
+    *,
+    step_size: float,
+    batch_size: int | None = None,
+    schedule: str = "constant",
+    num_steps: int | None = None,
+    num_cycles: int = 4,
+    decay_offset: float = 1.0,
+    decay_power: float = 0.55,
+    precision: str = "float32",
+    seed: int = 0,
+    **settings: Any,
+):
+    """A native MCMC kernel of ``backend`` running our SG-MCMC kernel ``method`` on ``bound``.
+
+    Parameters
+    ----------
+    bound : BoundModel
+        The model with its data (held fixed; the kernel draws minibatch indices itself).
+    backend : {"numpyro", "pyro"}
+    method : str
+        A registered SG-MCMC kernel ("sgld", "sghmc", "psgld", "csgld", "csghmc", ...).
+    step_size, batch_size, schedule, num_cycles, decay_offset, decay_power
+        As for ``fit``. ``num_steps`` (the total steps of the run) is needed by the cyclical
+        schedule and by csgld / csghmc.
+    **settings
+        The kernel's own settings (``temperature``, ``friction``, ...).
+
+    Example
+    -------
+    >>> import numpy as np, jax, ppl_bdl as bdl
+    >>> from numpyro.infer import MCMC
+    >>> from ppl_bdl import dist
+    >>> @bdl.model
+    ... def mean_model(y):
+    ...     mu = bdl.sample("mu", dist.Normal(0.0, 10.0))
+    ...     with bdl.plate("data", y.shape[0]) as idx:
+    ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
+    >>> y = np.random.default_rng(0).normal(size=100)
+    >>> kernel = bdl.kernels.native_kernel(mean_model(y), "numpyro", "sgld", step_size=1e-3,
+    ...                                    batch_size=10)
+    >>> mcmc = MCMC(kernel, num_warmup=100, num_samples=100, progress_bar=False)
+    >>> mcmc.run(jax.random.PRNGKey(0))
+    >>> mcmc.get_samples()["mu"].shape
+    (100,)
+    """
+    spec = NativeSpec.build(
+        bound, backend, method, step_size=step_size, batch_size=batch_size, schedule=schedule,
+        num_steps=num_steps, num_cycles=num_cycles, decay_offset=decay_offset,
+        decay_power=decay_power, precision=precision, seed=seed, settings=settings,
+    )  # fmt: skip
+    if spec.setup.backend.name == "numpyro":
+        from ..backends.numpyro_kernels import NumPyroSGMCMC
+
+        return NumPyroSGMCMC(spec)
+    if spec.setup.backend.name == "pyro":
+        from ..backends.pyro_kernels import PyroSGMCMC
+
+        return PyroSGMCMC(spec)
+    raise ConfigError(f"no native SG-MCMC kernel for backend {backend!r}; use fit(...) instead.")
+
+
+@dataclass
+class NativeSpec:
+    """Everything a native wrapper needs: the prepared model, our kernel, the schedule, the
+    minibatch plate and the potential."""
+
+    setup: Any
+    method: str
+    kernel: Any
+    schedule: Any
+    plate: tuple[str, int] | None
+    batch_size: int | None
+    potential: Any
+    seed: int
+
+    @classmethod
+    def build(cls, bound, backend, method, *, step_size, batch_size, schedule, num_steps,
+              num_cycles, decay_offset, decay_power, precision, seed, settings) -> NativeSpec:  # fmt: skip
+        from ..inference.common import prepare
+        from ..inference.minibatch import minibatch_plate
+        from ..inference.sgmcmc import _build_kernel
+        from ..layout import make_potential
+        from ..schedules import make_schedule
+        from .registry import get
+
+        entry = get(method)
+        if entry.kind != "sgmcmc":
+            raise ConfigError(
+                f"native_kernel wraps SG-MCMC kernels; {method!r} is the backend's own sampler "
+                "already (use numpyro.infer.NUTS / pyro.infer.NUTS)."
+            )
+        params = inspect.signature(entry.factory).parameters
+        needs_steps = schedule == "cyclical" or "num_steps" in params
+        if needs_steps and num_steps is None:
+            raise ConfigError(
+                f"native_kernel(method={method!r}, schedule={schedule!r}) needs num_steps, the "
+                "total number of steps the native driver will run (num_warmup + num_samples)."
+            )
+        setup = prepare(bound, backend, precision, seed)
+        plate = minibatch_plate(setup, batch_size)
+        sizes = make_schedule(
+            schedule, step_size, num_steps=num_steps or 1, num_cycles=num_cycles,
+            decay_offset=decay_offset, decay_power=decay_power,
+        )  # fmt: skip
+        kernel = _build_kernel(entry, params, settings, num_steps=num_steps, num_cycles=num_cycles)
+        potential = make_potential(setup.bound, setup.backend, setup.layout, setup.params)
+        return cls(setup, method, kernel, sizes, plate, batch_size, potential, seed)
+
+    def constrain(self, flat) -> dict:
+        """Constrained site values from a flat unconstrained vector."""
+        be, layout = self.setup.backend, self.setup.layout
+        out = {}
+        for name, u in layout.unflatten(flat).items():
+            transform = be.biject_to(layout.sites[name].native.support)
+            out[name] = u if transform is None else transform(u)
+        return out

@@ -1,0 +1,74 @@
+"""Preconditioned SGLD with an RMSprop preconditioner (Li, Chen, Carlson and Carin, 2016).
+
+V ← ρ V + (1 − ρ) ḡ ⊙ ḡ,  G = diag(1 / (λ + √V)),
+θ ← θ − α_t G ∇Ũ(θ) + √(2 α_t T G) ε,
+
+i.e. Li et al.'s Algorithm 1 in the step-size convention of the chapter's Eq. 2.9 (their ε_t/2
+is our α_t). The preconditioner is in the drift and in the noise; as in their experiments the
+correction term Γ(θ) (derivatives of G, small when ρ is close to 1) is left out. V averages the
+squared gradient of Ũ itself (Li et al. average the per-datum mean gradient, N times smaller),
+so ``step_size`` acts like an RMSprop learning rate.
+"""
+
+from __future__ import annotations
+
+from .. import math as bm
+from .. import random as br
+from ..errors import ConfigError
+from .base import Kernel
+from .registry import register
+from .sgld import check_temperature
+
+
+@register("psgld")
+def psgld(temperature: float = 1.0, decay: float = 0.99, epsilon: float = 1e-5) -> Kernel:
+    """RMSprop-preconditioned SGLD (Li et al., 2016, Algorithm 1).
+
+    Parameters
+    ----------
+    temperature : float
+        T scales the injected noise.
+    decay : float
+        ρ in [0, 1), the RMSprop moving-average weight of squared gradients (0.99).
+    epsilon : float
+        λ > 0, added to √V so the preconditioner stays bounded (1e-5).
+
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> kernel = bdl.kernels.get("psgld").factory()
+    >>> be = bdl.backends.get("numpyro")
+    >>> with be.activate():
+    ...     state = kernel.init(be.asarray([1.0, -1.0]))
+    ...     state, info = kernel.step(bdl.random.key(0), state, lambda x: x, 1e-3)
+    >>> sorted(state)
+    ['position', 'square_avg']
+    """
+    temperature = check_temperature(temperature)
+    if not isinstance(decay, int | float) or not 0.0 <= decay < 1.0:
+        raise ConfigError(f"decay (ρ of RMSprop) must be in [0, 1), got {decay!r}.")
+    if not isinstance(epsilon, int | float) or not epsilon > 0:
+        raise ConfigError(f"epsilon (λ of pSGLD) must be > 0, got {epsilon!r}.")
+
+    def init(position):
+        return {"position": position, "square_avg": bm.zeros_like(position)}
+
+    def step(key, state, grad_fn, step_size):
+        position = state["position"]
+        grad = grad_fn(position)
+        square_avg = decay * state["square_avg"] + (1.0 - decay) * grad * grad
+        precond = 1.0 / (epsilon + bm.sqrt(square_avg))
+        noise = br.normal(key, tuple(position.shape))
+        position = (
+            position
+            - step_size * precond * grad
+            + bm.sqrt(2.0 * step_size * temperature * precond) * noise
+        )
+        info = {
+            "step_size": step_size,
+            "grad_norm": bm.norm(grad),
+            "preconditioner_mean": bm.mean(precond),
+        }
+        return {"position": position, "square_avg": square_avg}, info
+
+    return Kernel(init, step)

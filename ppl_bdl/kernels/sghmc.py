@@ -1,0 +1,174 @@
+"""Stochastic gradient Hamiltonian Monte Carlo (Chen et al., 2014; the chapter's Eq. 2.11-2.12).
+
+Eq. 2.12 is second-order Langevin dynamics with friction C and a diagonal mass M:
+dθ = M⁻¹ r dt,  dr = −∇U(θ) dt − C M⁻¹ r dt + √(2C) dW.
+With a time step ε, its standard discretisation (Chen et al. 2014, Eq. 15, gradient noise
+estimate B̂, temperature T) is
+
+    r ← r − ε ∇Ũ(θ) − ε C M⁻¹ r + N(0, 2 (C − B̂) ε T),    θ ← θ + ε M⁻¹ r.
+
+Substituting v = ε M⁻¹ r gives the learning-rate / momentum-decay form (Chen et al. 2014,
+Sec. 3.3), which is what ``step_size`` means here:
+
+    v ← (1 − α) v − η ∇Ũ(θ) + N(0, 2 (α − β̂) η T),    θ ← θ + v,
+
+with learning rate η = ε² M⁻¹ (``step_size``), momentum decay α = ε C M⁻¹ (``momentum_decay``)
+and β̂ = ε M⁻¹ B̂. Pass ``friction`` C (with ``mass`` M) instead of ``momentum_decay`` to
+state the friction of Eq. 2.12 directly: then α = C √(η / M) at each step. The state keeps the
+velocity v (as SGD with momentum does), so a step-size schedule that jumps back up at the start of
+a cycle does not blow up a momentum accumulated at tiny steps.
+"""
+
+from __future__ import annotations
+
+from .. import math as bm
+from .. import random as br
+from ..errors import ConfigError
+from .base import Kernel
+from .registry import register
+from .sgld import check_temperature
+
+
+def _positive(name: str, value, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok:
+        ok = value >= 0 if allow_zero else value > 0
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name} must be a number {bound}, got {value!r}.")
+
+
+def check_mass(mass):
+    """A scalar or a diagonal (1-D array-like) mass, all entries > 0."""
+    if isinstance(mass, int | float) and not isinstance(mass, bool):
+        _positive("mass", mass)
+        return float(mass)
+    import numpy as np
+
+    values = np.asarray(mass, dtype=float)
+    if values.ndim != 1 or not np.all(values > 0):
+        raise ConfigError(
+            f"mass must be a positive number or a 1-D array of positive numbers (the diagonal of "
+            f"M, one per unconstrained coordinate), got shape {values.shape}."
+        )
+    return values
+
+
+def sghmc_parameters(friction, momentum_decay, noise_estimate, temperature, mass):
+    """Validate SGHMC settings; return them normalised (see the module docstring)."""
+    temperature = check_temperature(temperature)
+    mass = check_mass(mass)
+    _positive("noise_estimate", noise_estimate, allow_zero=True)
+    if friction is not None and momentum_decay is not None:
+        raise ConfigError(
+            "pass either friction (C of Eq. 2.12) or momentum_decay (α = ε C / M), not both."
+        )
+    if friction is not None:
+        _positive("friction", friction, allow_zero=True)  # 0: "naive" SGHMC, no friction
+        if noise_estimate > friction:
+            raise ConfigError(
+                f"noise_estimate B̂={noise_estimate} must not exceed friction C={friction}: the "
+                "injected noise has variance 2 (C − B̂) ε."
+            )
+    else:
+        momentum_decay = 0.1 if momentum_decay is None else momentum_decay
+        if not isinstance(momentum_decay, int | float) or not 0 <= momentum_decay <= 1:
+            raise ConfigError(f"momentum_decay must be in [0, 1], got {momentum_decay!r}.")
+        if noise_estimate > momentum_decay:
+            raise ConfigError(
+                f"noise_estimate β̂={noise_estimate} must not exceed momentum_decay α={momentum_decay}."
+            )
+    return friction, momentum_decay, float(noise_estimate), temperature, mass
+
+
+def make_sghmc_step(friction, momentum_decay, noise_estimate, temperature, mass, resample_every):
+    """The SGHMC transition; ``noise_factor`` (0 or 1) lets cyclical variants switch noise off."""
+    mass_is_array = not isinstance(mass, float)
+
+    def transition(key, state, grad_fn, step_size, noise_factor):
+        m = bm.asarray(mass) if mass_is_array else mass
+        key_noise, key_resample = br.split(key)
+        position, velocity = state["position"], state["velocity"]
+        if resample_every is not None:  # r ~ N(0, M) is v = ε M⁻¹ r ~ N(0, η)
+            fresh = br.normal(key_resample, tuple(velocity.shape)) * bm.sqrt(step_size * 1.0)
+            velocity = bm.where(state["count"] % resample_every == 0, fresh, velocity)
+        if friction is not None:  # α = ε C M⁻¹ with ε = √(η M)
+            scale = bm.sqrt(step_size * m) / m
+            alpha, beta = friction * scale, noise_estimate * scale
+        else:
+            alpha, beta = momentum_decay, noise_estimate
+        grad = grad_fn(position)
+        noise = br.normal(key_noise, tuple(position.shape))
+        sd = bm.sqrt(2.0 * (alpha - beta) * step_size * temperature * noise_factor)
+        velocity = (1.0 - alpha) * velocity - step_size * grad + sd * noise
+        new = {"position": position + velocity, "velocity": velocity, "count": state["count"] + 1}
+        info = {
+            "step_size": step_size,
+            "grad_norm": bm.norm(grad),
+            # ½ rᵀ M⁻¹ r with r = M v / ε and ε² = η M
+            "kinetic_energy": 0.5 * bm.sum(velocity * velocity) / step_size,
+        }
+        return new, info
+
+    return transition
+
+
+def sghmc_init(position):
+    return {
+        "position": position,
+        "velocity": bm.zeros_like(position),
+        "count": bm.sum(position * 0.0),
+    }
+
+
+@register("sghmc")
+def sghmc(
+    friction: float | None = None,
+    momentum_decay: float | None = None,
+    mass=1.0,
+    temperature: float = 1.0,
+    noise_estimate: float = 0.0,
+    resample_every: int | None = None,
+) -> Kernel:
+    """SGHMC (Chen et al., 2014): Eq. 2.12 discretised in the learning-rate / momentum-decay form.
+
+    ``step_size`` is the learning rate η = ε² M⁻¹; the update is
+    v ← (1 − α) v − η ∇Ũ(θ) + N(0, 2 (α − β̂) η T), θ ← θ + v (see the module docstring).
+
+    Parameters
+    ----------
+    friction : float, optional
+        C of Eq. 2.12; the momentum decay is then α = C √(η / M). Mutually exclusive with
+        ``momentum_decay``.
+    momentum_decay : float, optional
+        α in (0, 1] (default 0.1 when ``friction`` is not given); Chen et al. suggest 0.01-0.1.
+    mass : float or 1-D array
+        The diagonal mass M.
+    temperature : float
+        T scales the injected noise (1 for the posterior).
+    noise_estimate : float
+        B̂ (with ``friction``) or β̂ (with ``momentum_decay``): the estimated gradient-noise
+        variance term subtracted from the injected noise; 0 by default, as in practice.
+    resample_every : int, optional
+        Redraw the momentum r ~ N(0, M) every k steps (Chen et al.'s Algorithm 2); never by default.
+
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> kernel = bdl.kernels.get("sghmc").factory(friction=3.0)
+    >>> be = bdl.backends.get("numpyro")
+    >>> with be.activate():
+    ...     state = kernel.init(be.asarray([0.5]))
+    ...     state, info = kernel.step(bdl.random.key(0), state, lambda x: 4 * x**3 - 4 * x, 0.01)
+    >>> sorted(info)
+    ['grad_norm', 'kinetic_energy', 'step_size']
+    """
+    settings = sghmc_parameters(friction, momentum_decay, noise_estimate, temperature, mass)
+    if resample_every is not None and (not isinstance(resample_every, int) or resample_every < 1):
+        raise ConfigError(f"resample_every must be a positive int or None, got {resample_every!r}.")
+    transition = make_sghmc_step(*settings, resample_every)
+
+    def step(key, state, grad_fn, step_size):
+        return transition(key, state, grad_fn, step_size, 1.0)
+
+    return Kernel(sghmc_init, step)
