@@ -48,7 +48,9 @@ def _make_math() -> SimpleNamespace:
     m.digamma = jax.scipy.special.digamma
     m.cholesky = jnp.linalg.cholesky
     m.norm = jnp.linalg.norm
-    m.triangular_solve = lambda a, b, lower=True: jax.scipy.linalg.solve_triangular(a, b, lower=lower)
+    m.triangular_solve = lambda a, b, lower=True: jax.scipy.linalg.solve_triangular(
+        a, b, lower=lower
+    )
     return m
 
 
@@ -271,23 +273,32 @@ class NumPyroBackend(Backend):
             if settings.method == "nuts":
                 kernel = NUTS(max_tree_depth=settings.max_tree_depth, **common)
             else:
-                kernel = HMC(num_steps=settings.num_steps or 10, **common)
+                kernel = HMC(num_steps=settings.num_steps or 10, trajectory_length=None, **common)
             mcmc = MCMC(
                 kernel,
                 num_warmup=settings.num_warmup,
                 num_samples=settings.num_samples * settings.thinning,
                 num_chains=settings.num_chains,
                 thinning=settings.thinning,
-                chain_method="sequential",
+                chain_method=settings.chain_method,
                 progress_bar=settings.progress,
             )
-            fields = ("diverging", "num_steps", "accept_prob", "adapt_state.step_size", "energy", "potential_energy")
+            fields = (
+                "diverging",
+                "num_steps",
+                "accept_prob",
+                "adapt_state.step_size",
+                "energy",
+                "potential_energy",
+            )
             init_params = jnp.asarray(init, dtype=self.float_dtype)
             if settings.num_chains == 1:
                 init_params = init_params[0]
             mcmc.run(jax.random.PRNGKey(seed), init_params=init_params, extra_fields=fields)
             positions = np.asarray(mcmc.get_samples(group_by_chain=True))
-            extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+            extra = {
+                k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()
+            }
         n_steps = extra["num_steps"].astype(np.int64)
         stats = {
             "diverging": extra["diverging"].astype(bool),
@@ -301,3 +312,9 @@ class NumPyroBackend(Backend):
         if settings.method == "hmc":
             stats.pop("tree_depth")
         return positions, stats
+
+    def vi_support(self):
+        """The optimizer step and reparameterised draws of the core's VI (optax)."""
+        from ._vi_numpyro import NumPyroVISupport
+
+        return NumPyroVISupport(self)

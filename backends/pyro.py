@@ -9,7 +9,6 @@ driven with the core's potential function.
 from __future__ import annotations
 
 import contextlib
-
 from types import SimpleNamespace
 from typing import Any
 
@@ -68,14 +67,20 @@ def _make_math() -> SimpleNamespace:
     m.softmax = lambda x, axis=-1: torch.softmax(_t(x), dim=axis)
     m.log_softmax = lambda x, axis=-1: torch.log_softmax(_t(x), dim=axis)
     m.logsumexp = lambda x, axis=None, keepdims=False: (
-        torch.logsumexp(_t(x).reshape(-1), 0) if axis is None else torch.logsumexp(_t(x), axis, keepdims)
+        torch.logsumexp(_t(x).reshape(-1), 0)
+        if axis is None
+        else torch.logsumexp(_t(x), axis, keepdims)
     )
     m.logaddexp = lambda a, b: torch.logaddexp(_t(a), _t(b))
     m.sum = _reduce(torch.sum)
     m.mean = _reduce(torch.mean)
     m.prod = _reduce(torch.prod)
-    m.var = lambda x, axis=None, keepdims=False, ddof=0: torch.var(_t(x), dim=axis, keepdim=keepdims, correction=ddof)
-    m.std = lambda x, axis=None, keepdims=False, ddof=0: torch.std(_t(x), dim=axis, keepdim=keepdims, correction=ddof)
+    m.var = lambda x, axis=None, keepdims=False, ddof=0: torch.var(
+        _t(x), dim=axis, keepdim=keepdims, correction=ddof
+    )
+    m.std = lambda x, axis=None, keepdims=False, ddof=0: torch.std(
+        _t(x), dim=axis, keepdim=keepdims, correction=ddof
+    )
     m.max = _minmax(torch.max)
     m.min = _minmax(torch.min)
     m.maximum = lambda a, b: torch.maximum(_t(a), _t(b))
@@ -95,7 +100,9 @@ def _make_math() -> SimpleNamespace:
     m.clip = lambda x, lo=None, hi=None: torch.clamp(_t(x), lo, hi)
     m.zeros = lambda shape: torch.zeros(shape)
     m.ones = lambda shape: torch.ones(shape)
-    m.full = lambda shape, value: torch.full(tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape, value)
+    m.full = lambda shape, value: torch.full(
+        tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape, value
+    )
     m.zeros_like = torch.zeros_like
     m.ones_like = torch.ones_like
     m.arange = torch.arange
@@ -104,17 +111,23 @@ def _make_math() -> SimpleNamespace:
     m.tril = lambda x, k=0: torch.tril(_t(x), k)
     m.cholesky = torch.linalg.cholesky
     m.norm = lambda x, axis=None: torch.linalg.vector_norm(_t(x), dim=axis)
-    m.triangular_solve = lambda a, b, lower=True: torch.linalg.solve_triangular(a, b, upper=not lower)
+    m.triangular_solve = lambda a, b, lower=True: torch.linalg.solve_triangular(
+        a, b, upper=not lower
+    )
     m.asarray = lambda x: _t(x)
     return m
 
 
 def _folded_student_t(df, scale=1.0):
-    return pd.FoldedDistribution(pd.StudentT(df, 0.0, scale, validate_args=False), validate_args=False)
+    return pd.FoldedDistribution(
+        pd.StudentT(df, 0.0, scale, validate_args=False), validate_args=False
+    )
 
 
 def _improper(support="real"):
-    return pd.ImproperUniform(tc.real if support == "real" else tc.positive, torch.Size(), torch.Size())
+    return pd.ImproperUniform(
+        tc.real if support == "real" else tc.positive, torch.Size(), torch.Size()
+    )
 
 
 def _lkj(dimension, concentration=1.0):
@@ -253,7 +266,9 @@ class PyroBackend(Backend):
             return torch.as_tensor(array)
         if not array.flags.writeable:
             array = array.copy()
-        return torch.as_tensor(np.ascontiguousarray(array), dtype=self.float_dtype)
+        return torch.as_tensor(
+            np.ascontiguousarray(array).reshape(array.shape), dtype=self.float_dtype
+        )
 
     def to_numpy(self, value):
         if isinstance(value, Tensor):
@@ -269,9 +284,14 @@ class PyroBackend(Backend):
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
         params = spec.params
-        if spec.name in _TENSOR_PARAMS or any(not isinstance(v, Tensor | float | int | str) for v in params.values()):
+        if spec.name in _TENSOR_PARAMS or any(
+            not isinstance(v, Tensor | float | int | str) for v in params.values()
+        ):
             params = {
-                k: v if isinstance(v, Tensor | str) or (isinstance(v, int) and k in ("dimension", "total_count")) else self.asarray(v)
+                k: v
+                if isinstance(v, Tensor | str)
+                or (isinstance(v, int) and k in ("dimension", "total_count"))
+                else self.asarray(v)
                 for k, v in params.items()
             }
         if spec.name in _NO_VALIDATE_ARG:
@@ -390,6 +410,12 @@ class PyroBackend(Backend):
         merged = {k: np.stack([s[k] for s in stats]) for k in stats[0]}
         return positions, merged
 
+    def vi_support(self):
+        """The optimizer step and reparameterised draws of the core's VI (torch.optim)."""
+        from ._vi_pyro import PyroVISupport
+
+        return PyroVISupport(self)
+
 
 class _StatsRecorder:
     """Pyro MCMC hook: per-draw sample stats, read off the kernel after each iteration."""
@@ -481,6 +507,3 @@ def _tree_map(fn, *trees):
     if first is None:
         return None
     return fn(*trees)
-
-
-

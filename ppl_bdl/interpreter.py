@@ -126,6 +126,15 @@ class Evaluator(Runtime):
         spec = msg.fn
         if self.validate:
             self._check_params(msg)
+        if (
+            msg.name in self.exclude and msg.name in self.unconstrained and not self.record
+            and spec.support.name == "real"
+        ):  # fmt: skip
+            # Excluded real-valued latent in a hot loop: its value is u and nothing else is
+            # needed, so skip building the native distribution (a closed-form KL handles it).
+            self._refuse_subsampled_latent(msg)
+            msg.value = self.unconstrained[msg.name]
+            return
         native = be.distribution(spec)
         observed = msg.obs is not None and not self.predictive
         shape = site_shape(msg, native) if (self.record or self.validate) else None

@@ -68,7 +68,10 @@ def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np
         rows = []
         for chain in range(num_chains):
             sites = trace_model(
-                setup.bound, be, seed=seed + chain, missing="uniform",
+                setup.bound,
+                be,
+                seed=seed + chain,
+                missing="uniform",
                 values={k: be.asarray(v) for k, v in init.items()},
             )
             rows.append(layout.unconstrain({n: sites[n].value for n in layout.names}, be))
@@ -149,7 +152,9 @@ def site_dims(sites: dict[str, SiteRecord]) -> dict[str, list[str]]:
             ndim = len(getattr(site.value, "shape", ()))
             # One axis per enclosing plate (theta = mu + tau * theta_trans in a plate): name them
             # after the plates, as for sample sites; otherwise the layout is unknown.
-            plate_of = {ndim + f.dim: f.name for f in site.plates} if ndim == len(site.plates) else {}
+            plate_of = (
+                {ndim + f.dim: f.name for f in site.plates} if ndim == len(site.plates) else {}
+            )
             dims[name] = [plate_of.get(i, f"{name}_dim_{i}") for i in range(ndim)]
             continue
         by_position = {len(site.shape.batch) + f.dim: f.name for f in site.plates}

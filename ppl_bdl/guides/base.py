@@ -1,0 +1,225 @@
+"""What every variational guide shares.
+
+A guide is a distribution q_φ over the flat unconstrained vector θ ∈ R^d of a model's latent sites
+(:class:`~ppl_bdl.layout.LatentLayout`). All its parameters φ live in one flat vector too
+(:class:`ParamLayout`), so one optimizer step of one array drives every guide on every backend.
+Guides are written once against the backend's math namespace (``self.m``) and random keys, never
+once per backend.
+
+Example
+-------
+>>> from ppl_bdl.guides.base import ParamLayout
+>>> import numpy as np
+>>> pl = ParamLayout({"loc": (3,), "factor": (3, 2)})
+>>> pl.size
+9
+>>> pl.pack({"loc": np.zeros(3), "factor": np.ones((3, 2))}).shape
+(9,)
+"""
+
+from __future__ import annotations
+
+import math as _pymath
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+LOG_2PI = _pymath.log(2.0 * _pymath.pi)
+
+
+class ParamLayout:
+    """Named parameter arrays packed into one flat vector."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]):
+        self.shapes = {k: tuple(int(s) for s in v) for k, v in shapes.items()}
+        self.offsets: dict[str, tuple[int, int]] = {}
+        offset = 0
+        for name, shape in self.shapes.items():
+            size = int(np.prod(shape, dtype=np.int64))
+            self.offsets[name] = (offset, size)
+            offset += size
+        self.size = offset
+
+    def pack(self, values: dict[str, np.ndarray]) -> np.ndarray:
+        parts = [np.asarray(values[n], dtype=float).reshape(-1) for n in self.shapes]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def unpack(self, flat) -> dict[str, Any]:
+        """Views of a flat (backend or NumPy) vector, reshaped to each parameter's shape."""
+        out = {}
+        for name, shape in self.shapes.items():
+            start, size = self.offsets[name]
+            out[name] = flat[start : start + size].reshape(shape)
+        return out
+
+
+@dataclass
+class GuideInit:
+    """Where a guide starts: the initial mean of θ and a per-coordinate prior scale (both length d)."""
+
+    loc: np.ndarray
+    prior_scale: np.ndarray
+
+
+def inverse_softplus(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    return np.where(x > 20.0, x, np.log(np.expm1(np.minimum(x, 20.0))))
+
+
+class Guide:
+    """Base class of the built-in guides over the flat unconstrained latent vector.
+
+    Subclasses set ``param_layout`` in ``__init__`` and implement :meth:`initial_params`,
+    :meth:`sample` and :meth:`log_prob`. ``self.m`` is the backend's math namespace.
+    """
+
+    name = "guide"
+    #: True when q factorises into independent Gaussians per coordinate (analytic KL applies).
+    is_diagonal_gaussian = False
+
+    def __init__(self, layout, backend, init: GuideInit, seed: int = 0):
+        self.layout = layout
+        self.backend = backend
+        self.m = backend.math
+        self.dim = layout.dim
+        self.init = init
+        self.seed = seed
+        self.param_layout = ParamLayout({})
+
+    # -- to implement ---------------------------------------------------------------------------
+    def initial_params(self) -> dict[str, np.ndarray]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def sample(self, params: dict, key, num: int, mask=None):  # pragma: no cover - abstract
+        """``num`` reparameterised draws θ (num, d) and their log q (num,)."""
+        raise NotImplementedError
+
+    def log_prob(self, params: dict, theta):  # pragma: no cover - abstract
+        """log q(θ) for θ shaped (n, d)."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------------
+    def initial_flat(self) -> np.ndarray:
+        return self.param_layout.pack(self.initial_params())
+
+    def unpack(self, phi) -> dict[str, Any]:
+        return self.param_layout.unpack(phi)
+
+    def describe(self, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Readable parameters (e.g. scales instead of their softplus preimage), as NumPy."""
+        return dict(params)
+
+    def _standard_normal_log_prob(self, eps):
+        return -0.5 * self.m.sum(eps * eps, axis=-1) - 0.5 * eps.shape[-1] * LOG_2PI
+
+
+def check_init_scale(init_scale: Any) -> float:
+    if (
+        isinstance(init_scale, bool)
+        or not isinstance(init_scale, int | float)
+        or not init_scale > 0
+    ):
+        raise ConfigError(f"init_scale must be a number > 0, got {init_scale!r}.")
+    return float(init_scale)
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ConfigError(f"{name} must be an int >= 1, got {value!r}.")
+    return int(value)
+
+
+class FittedGuide:
+    """A fitted guide, as ``Posterior.guide``: draw from it, score values, read its parameters.
+
+    Parameters are NumPy arrays (``.params``; ``.describe()`` gives readable ones such as
+    ``scale``). ``sample(n)`` returns constrained draws per latent site; ``log_prob(values)``
+    scores constrained values (the density in the constrained space, change of variables
+    included).
+
+    Example
+    -------
+    >>> import numpy as np, ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> @bdl.model
+    ... def m():
+    ...     bdl.sample("z", dist.Normal(1.0, 2.0))
+    >>> post = bdl.fit(m(), backend="numpyro", method="vi", num_steps=500, lr=0.05,
+    ...                num_samples=100, progress=False)
+    >>> draws = post.guide.sample(10)
+    >>> draws["z"].shape
+    (10,)
+    """
+
+    def __init__(self, guide: Guide, phi: np.ndarray):
+        self.guide = guide
+        self.phi = np.asarray(phi)
+        self.name = guide.name
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in self.guide.param_layout.unpack(self.phi).items()}
+
+    def describe(self) -> dict[str, np.ndarray]:
+        return self.guide.describe(self.params)
+
+    def sample_unconstrained(self, n: int, seed: int = 0) -> np.ndarray:
+        """``n`` draws of the flat unconstrained vector, shaped (n, d)."""
+        be = self.guide.backend
+        with be.precision_scope(), be.activate():
+            phi = self.guide.unpack(be.asarray(self.phi))
+            theta, _ = self.guide.sample(phi, be.random.key(seed), n)
+            return np.asarray(be.to_numpy(theta))
+
+    def sample(self, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+        """``n`` constrained draws of every latent site, shaped (n, *site_shape)."""
+        be, layout = self.guide.backend, self.guide.layout
+        flat = self.sample_unconstrained(n, seed)
+        with be.precision_scope(), be.activate():
+            parts = layout.unflatten(be.asarray(flat))
+            out = {}
+            for name, u in parts.items():
+                transform = be.biject_to(layout.sites[name].native.support)
+                value = u if transform is None else transform(u)
+                out[name] = np.asarray(be.to_numpy(value)).reshape((n,) + _slot(layout, name).shape)
+        return out
+
+    def log_prob(self, values: dict[str, Any] | np.ndarray) -> np.ndarray:
+        """log q of constrained site values (dict of arrays with a leading draw axis), or of flat
+        unconstrained vectors shaped (n, d) (then the density of θ itself)."""
+        be, layout = self.guide.backend, self.guide.layout
+        with be.precision_scope(), be.activate():
+            phi = self.guide.unpack(be.asarray(self.phi))
+            if not isinstance(values, dict):
+                theta = be.asarray(np.atleast_2d(np.asarray(values, dtype=float)))
+                return np.asarray(be.to_numpy(self.guide.log_prob(phi, theta)))
+            missing = set(layout.names) - set(values)
+            if missing:
+                raise ConfigError(
+                    f"log_prob needs a value for every latent site; missing {sorted(missing)} "
+                    f"(latent sites: {layout.names})."
+                )
+            parts, log_det = [], 0.0
+            n = None
+            for slot in layout.slots:
+                x = be.asarray(np.asarray(values[slot.name], dtype=float))
+                n = x.shape[0] if x.ndim > len(slot.shape) else 1
+                x = x.reshape((n,) + slot.shape)
+                transform = be.biject_to(layout.sites[slot.name].native.support)
+                u = x if transform is None else transform.inv(x)
+                if transform is not None:
+                    ladj = transform.log_abs_det_jacobian(u, x)
+                    log_det = log_det + be.math.sum(be.math.reshape(ladj, (n, -1)), axis=1)
+                parts.append(be.math.reshape(u, (n, -1)))
+            theta = be.math.concatenate(parts, axis=1)
+            return np.asarray(be.to_numpy(self.guide.log_prob(phi, theta) - log_det))
+
+    def __repr__(self) -> str:
+        return f"<FittedGuide {self.name}: {self.guide.param_layout.size} parameters, d={self.guide.dim}>"
+
+
+def _slot(layout, name: str):
+    return next(s for s in layout.slots if s.name == name)

@@ -1,0 +1,1 @@
+"""Inference drivers: native NUTS/HMC, variational inference, SG-MCMC (reached through ``fit``)."""
