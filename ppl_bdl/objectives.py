@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .dist.constraints import param_to_constrained, param_to_unconstrained
 from .errors import ConfigError, one_of
 
 OBJECTIVES = ("elbo", "renyi", "iwae")
@@ -215,28 +216,13 @@ class ModelParams:
         return {MODEL_PREFIX + n: v.shape for n, v in self.values.items()}
 
     def initial(self) -> dict[str, np.ndarray]:
-        out = {}
-        for name, value in self.values.items():
-            kind = self.constraints[name]
-            if kind == "positive":
-                value = np.log(value)
-            elif kind == "unit_interval":
-                value = np.log(value) - np.log1p(-value)
-            elif kind == "simplex":
-                value = np.log(value)
-            out[MODEL_PREFIX + name] = value
-        return out
+        return {
+            MODEL_PREFIX + name: param_to_unconstrained(self.constraints[name], value)
+            for name, value in self.values.items()
+        }
 
     def constrained(self, params: dict, m) -> dict:
-        out = {}
-        for name in self.values:
-            value = params[MODEL_PREFIX + name]
-            kind = self.constraints[name]
-            if kind == "positive":
-                value = m.exp(value)
-            elif kind == "unit_interval":
-                value = m.sigmoid(value)
-            elif kind == "simplex":
-                value = m.softmax(value, axis=-1)
-            out[name] = value
-        return out
+        return {
+            name: param_to_constrained(self.constraints[name], params[MODEL_PREFIX + name], m)
+            for name in self.values
+        }

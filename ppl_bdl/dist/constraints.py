@@ -79,4 +79,25 @@ integer_interval = Constraint(
 )
 
 #: Constraints a ``param`` may carry.
-CONSTRAINT_NAMES = {"real", "positive", "unit_interval", "simplex", "lower_cholesky"}
+CONSTRAINT_NAMES = {"real", "positive", "unit_interval", "simplex"}
+
+
+def param_to_unconstrained(kind: str, value: np.ndarray) -> np.ndarray:
+    """The unconstrained (optimised) value of a ``param`` with constraint ``kind`` (NumPy)."""
+    value = np.asarray(value, dtype=float)
+    if kind in ("positive", "simplex"):
+        return np.log(value)
+    if kind == "unit_interval":
+        return np.log(value) - np.log1p(-value)
+    return value
+
+
+def param_to_constrained(kind: str, value, m):
+    """The inverse of :func:`param_to_unconstrained`, with ``m`` a backend's math namespace."""
+    if kind == "positive":
+        return m.exp(value)
+    if kind == "unit_interval":
+        return m.sigmoid(value)
+    if kind == "simplex":
+        return m.softmax(value, axis=-1)
+    return value

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..dist.constraints import param_to_constrained, param_to_unconstrained
 from ..errors import ConfigError, ModelError
 from ..interpreter import Evaluator
 from ..model import BoundModel, Model
@@ -50,14 +51,6 @@ def guide(fn: Callable) -> GuideFunction:
     See the module docstring for an example.
     """
     return GuideFunction(fn)
-
-
-_TO_UNCONSTRAINED = {
-    "real": lambda v: v,
-    "positive": np.log,
-    "unit_interval": lambda v: np.log(v) - np.log1p(-v),
-    "simplex": np.log,
-}
 
 
 class _GuideRunner(Evaluator):
@@ -109,21 +102,14 @@ class CustomGuide(Guide):
         out = {}
         for name, site in self._params.items():
             value = np.asarray(self.backend.to_numpy(site.value), dtype=float)
-            out[name] = _TO_UNCONSTRAINED[site.constraint](value)
+            out[name] = param_to_unconstrained(site.constraint, value)
         return out
 
     def constrained(self, params: dict) -> dict:
-        m, out = self.m, {}
-        for name, value in params.items():
-            kind = self._params[name].constraint
-            if kind == "positive":
-                value = m.exp(value)
-            elif kind == "unit_interval":
-                value = m.sigmoid(value)
-            elif kind == "simplex":
-                value = m.softmax(value, axis=-1)
-            out[name] = value
-        return out
+        return {
+            name: param_to_constrained(self._params[name].constraint, value, self.m)
+            for name, value in params.items()
+        }
 
     def describe(self, params):
         with self.backend.activate():
