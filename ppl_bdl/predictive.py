@@ -155,10 +155,9 @@ def _run(bound, be, values: dict, num_samples: int, seed: int, params: dict, kee
     return draws, moments
 
 
-def _result(bound, be, draws, moments, site, seed):
-    """Summaries for ``site``, by default the last predicted site of the model (the likelihood)."""
-    # Only shapes and specs are read here; "uniform" also works for flat (ImproperUniform) priors.
-    sites = trace_model(bound, be, seed=seed, missing="uniform", validate=False)
+def _result(sites: dict, draws, moments, site):
+    """Summaries for ``site``, by default the last predicted site of the model (the likelihood).
+    ``sites`` is a validating trace of the model (only shapes and specs are read)."""
     predicted = [n for n in sites if n in moments]
     if site is None:
         if not predicted:
@@ -180,6 +179,8 @@ def posterior_predictive(
     if not isinstance(bound, BoundModel):
         raise ModelError(_unbound_message(bound))
     be = get_backend(posterior.backend, precision=posterior.precision)
+    # Validate the new inputs once ("uniform" draws also work for flat priors).
+    sites = trace_model(bound, be, seed=seed, missing="uniform")
     latents = {k: v for k, v in posterior.samples.items() if k in posterior.latent_names}
     flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in latents.items()}
     total = next(iter(flat.values())).shape[0] if flat else 1
@@ -193,7 +194,7 @@ def posterior_predictive(
     # Sites the new model shares with the posterior are substituted; the others are predicted.
     draws, moments = _run(bound, be, flat, total, seed, posterior.params_for(be), keep=None)
     # Deterministics of the posterior are recomputed at the new inputs, not kept from training.
-    return _result(bound, be, draws, moments, site, seed)
+    return _result(sites, draws, moments, site)
 
 
 def prior_predictive(
@@ -220,6 +221,6 @@ def prior_predictive(
     if not isinstance(bound, BoundModel):
         raise ModelError(_unbound_message(bound))
     be = get_backend(backend, precision=precision)
-    trace_model(bound, be, seed=seed, missing="prior")  # validate once, with clear errors
+    sites = trace_model(bound, be, seed=seed, missing="prior")  # validate once: clear errors
     draws, moments = _run(bound, be, {}, num_samples, seed, {}, keep=None)
-    return _result(bound, be, draws, moments, None, seed)
+    return _result(sites, draws, moments, None)

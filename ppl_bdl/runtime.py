@@ -94,6 +94,10 @@ class Runtime(Handler):
     Subclasses implement :meth:`run` (sample, param, deterministic, factor) and :meth:`plate`.
     """
 
+    #: Whether primitives and distributions check their input in this run (a run that skips the
+    #: checks only ever follows a validating run of the same model).
+    validate = True
+
     def __init__(self, backend: Backend):
         self.backend = backend
 

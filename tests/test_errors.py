@@ -152,3 +152,15 @@ def test_bad_fit_settings():
         _fit(simple(np.zeros(3)), target_accept=1.5)
     with pytest.raises(bdl.ConfigError, match="unknown option"):
         _fit(simple(np.zeros(3)), step_sise=0.1)
+
+
+def test_predict_validates_the_new_inputs(backend):
+    @bdl.model
+    def scaled(scale, y=None):
+        mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
+        with bdl.plate("data", scale.shape[0]) as idx:
+            bdl.sample("y", dist.Normal(mu, scale[idx]), obs=None if y is None else y[idx])
+
+    post = _fit(scaled(np.ones(3), np.zeros(3)), backend=backend)
+    with pytest.raises(bdl.DistributionError, match=r"site 'y'.*index \(1,\)"):
+        post.predict(scaled(np.array([1.0, -1.0])))

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import DistributionError
+from ..runtime import current_runtime
 from . import constraints as C
 
 #: Fast checks of Python-number parameters, by constraint name (hot loops build many specs).
@@ -56,12 +57,15 @@ class Distribution:
 
     def __init__(self, **params: Any):
         self.params = {k: v for k, v in params.items() if v is not None}
+        runtime = current_runtime()
+        if runtime is not None and not runtime.validate:
+            # A hot loop (NUTS, VI, SG-MCMC steps, replays): the same model already passed a
+            # validating run, so the checks would only cost time on every step.
+            self._error = None
+            return
         self._error: str | None = self._find_error()
-        if self._error is not None:
-            from ..runtime import current_runtime
-
-            if current_runtime() is None:
-                raise DistributionError(f"{type(self).__name__}: {self._error}")
+        if self._error is not None and runtime is None:
+            raise DistributionError(f"{type(self).__name__}: {self._error}")
 
     @property
     def name(self) -> str:
