@@ -352,9 +352,13 @@ class _Driver:
         for start in range(0, total, self.chunk):
             # JAX: one compiled shape, the last chunk padded; torch: no wasted steps.
             n = self.chunk if self.vectorised else min(self.chunk, total - start)
-            with be.precision_scope():
-                xs = self._inputs(start, n, batches)
-            result = self.runner(carry, loop_key, xs, n)  # the loop's own keys go unused
+            try:
+                with be.precision_scope():
+                    xs = self._inputs(start, n, batches)
+                result = self.runner(carry, loop_key, xs, n)  # the loop's own keys go unused
+            except KeyboardInterrupt:  # keep the draws of the chunks that finished
+                failure = (start, group, float(self.step_sizes[start]), "interrupted")
+                break
             carry = result.carry
             stop = min(n, total - start)
             if result.stopped_at is not None:
@@ -369,11 +373,13 @@ class _Driver:
                 step = start + result.stopped_at
                 finite = outs["finite"][result.stopped_at].reshape(-1)
                 bad = [group[i] for i in np.flatnonzero(~finite.astype(bool))] or group[:1]
-                failure = (step, bad, float(self.step_sizes[step]))
+                failure = (step, bad, float(self.step_sizes[step]), "nonfinite")
                 break
             if self.progress:
                 done = min(start + self.chunk, total)
                 print(f"{self.name} chains {group}: {done}/{total} steps", file=sys.stderr)
+        if not kept_pos:  # interrupted in the first chunk: nothing kept for this group
+            return failure
         positions = np.concatenate(kept_pos)
         info = {k: np.concatenate([d[k] for d in kept_info]) for k in kept_info[0]}
         if not self.vectorised:  # add the chain axis: (draw, ...) -> (draw, 1, ...)
@@ -412,7 +418,7 @@ def _leading(array) -> int:
 
 
 def _failure_error(setup, failure, draws, stats, name: str, num_samples: int) -> InferenceError:
-    step, chains, size = failure
+    step, chains, size, reason = failure
     partial = None
     if draws and min(len(d) for d in draws) > 0:
         n = min(len(d) for d in draws)
@@ -427,6 +433,12 @@ def _failure_error(setup, failure, draws, stats, name: str, num_samples: int) ->
             "in error.partial"
         )
     )
+    if reason == "interrupted":
+        return InferenceError(
+            f"SG-MCMC kernel {name!r} was interrupted at step {step} of chain {chains[0]}. "
+            f"{kept[0].upper() + kept[1:]} (of {num_samples} requested).",
+            partial=partial,
+        )
     return InferenceError(
         f"SG-MCMC kernel {name!r}: chain {chains[0]} reached NaN or inf at step {step} (step size "
         f"{size:.3g}). The step size is too large for this model and data: try a smaller step_size "

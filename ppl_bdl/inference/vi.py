@@ -85,8 +85,14 @@ def run_vi(setup: Setup, num_samples: int, seed: int, progress: bool, **options:
             if failure is None:
                 raise
             post = None
+    if failure is not None and failure[2] == "interrupted":
+        raise InferenceError(
+            f"VI was interrupted at step {failure[0]}; the parameters it had reached are kept in "
+            "error.partial (a Posterior, or the fitted guide if drawing from it failed).",
+            partial=post if post is not None else fitted,
+        )
     if failure is not None:
-        step, last = failure
+        step, last, _ = failure
         last_text = f"{last:.6g}" if last is not None else "none (the first step failed)"
         raise InferenceError(
             f"VI stopped at step {step}: the loss or its gradient is not finite. Last finite loss: "
@@ -159,8 +165,9 @@ class VIRun:
     def steps(self, num_steps: int, progress: bool = False):
         """Run ``num_steps`` steps in compiled chunks; stop at the first non-finite loss.
 
-        Returns the losses (NumPy, one per step run) and ``None`` or ``(failed step, last finite
-        loss)``; the state before a failed step is kept.
+        Returns the losses (NumPy, one per step run) and ``None`` or ``(step, last finite loss,
+        reason)`` with reason "nonfinite" or "interrupted" (Ctrl-C); the state from before the
+        failed step, or at the end of the last finished chunk, is kept.
         """
         be = self.setup.backend
         chunk = _chunk_size(self.chunk_size, num_steps, progress)
@@ -176,14 +183,18 @@ class VIRun:
                     if self._batches is not None:
                         xs = be.asarray(self._batches.next_block(n), dtype="int")
                     self._key, sub = be.random.split(self._key)
-                    result = self._runner(self.state, sub, xs, n)
+                    try:
+                        result = self._runner(self.state, sub, xs, n)
+                    except KeyboardInterrupt:  # keep the parameters of the chunks that finished
+                        so_far = np.concatenate(losses) if losses else np.zeros(0)
+                        return so_far, (done, None, "interrupted")
                     self.state = result.carry
                     values = np.asarray(be.to_numpy(result.outputs[0]), dtype=float).reshape(-1)
                     if result.stopped_at is not None:
                         losses.append(values[: result.stopped_at])
                         so_far = np.concatenate(losses)
                         last = float(so_far[-1]) if so_far.size else None
-                        return so_far, (done + result.stopped_at, last)
+                        return so_far, (done + result.stopped_at, last, "nonfinite")
                     losses.append(values)
                     done += n
                     if bar is not None:
