@@ -145,16 +145,31 @@ def make_potential(
 
     ``batch`` maps a plate name to the minibatch indices; the sites in that plate are scaled by
     N / |batch| (the chapter's Eq. 2.8), so U is an unbiased estimate of the full-data potential.
-    ``exclude`` leaves the named latent sites' own log density out (see ``Evaluator``).
+    ``exclude`` leaves the named latent sites' own log density out (see ``Evaluator``). The
+    model's ``param`` values are ``params``, or those passed per call (VI optimises them).
     """
+    site_potential = make_site_potential(bound, backend, params, exclude)
+
+    def potential(flat, batch=None, params=None):
+        return site_potential(layout.unflatten(flat), batch, params)
+
+    return potential
+
+
+def make_site_potential(
+    bound, backend, params: dict | None = None, exclude: frozenset = frozenset()
+) -> Callable:
+    """The same potential as :func:`make_potential`, of a dict of unconstrained site values (a
+    gradient per site is cheaper on JAX than one through the slices of a flat vector)."""
     args, kwargs = bound.data_for(backend)
     fn = bound.model.fn
+    default_params = params
 
-    def potential(flat, batch=None):
+    def potential(sites, batch=None, params=None):
         ev = Evaluator(
             backend,
-            unconstrained=layout.unflatten(flat),
-            params=params,
+            unconstrained=sites,
+            params=default_params if params is None else params,
             batch=batch,
             exclude=exclude,
         )

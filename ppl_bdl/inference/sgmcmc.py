@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, InferenceError
-from ..layout import make_potential
+from ..layout import make_potential, make_site_potential
 from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
 from .common import Setup, build_posterior, initial_positions
 from .minibatch import EpochBatches, minibatch_plate
@@ -173,24 +173,6 @@ def run_sgmcmc(
     return build_posterior(setup, flat, sample_stats, name)
 
 
-def make_site_potential(setup: Setup):
-    """U(sites, batch) = −log p(θ, D_batch) − log|J| for a dict of unconstrained site values (the
-    per-site form of :func:`ppl_bdl.layout.make_potential`)."""
-    from ..interpreter import Evaluator
-
-    be, bound = setup.backend, setup.bound
-    args, kwargs = bound.data_for(be)
-    fn = bound.model.fn
-
-    def potential(sites, batch=None):
-        ev = Evaluator(be, unconstrained=sites, params=setup.params, batch=batch)
-        with ev:
-            fn(*args, **kwargs)
-        return -ev.log_joint
-
-    return potential
-
-
 def _cyclical_plan(num_warmup: int, needed: int, num_cycles: int, exploration: float):
     """Smallest T whose sampling-stage steps after warmup number at least ``needed``."""
     total = num_warmup + int(np.ceil(needed / (1.0 - exploration)))
@@ -243,7 +225,7 @@ class _Driver:
         """On JAX, differentiate the potential per latent site (same value, a faster backward)."""
         if self.vectorised:
             self.layout = setup.layout
-            self.site_potential = make_site_potential(setup)
+            self.site_potential = make_site_potential(setup.bound, setup.backend, setup.params)
 
     def _trace_grad(self, position) -> None:
         """On torch, trace the minibatch gradient once (a sound shortcut past the per-step

@@ -39,7 +39,7 @@ from .. import guides as guide_registry
 from ..errors import ConfigError, InferenceError, ModelError
 from ..guides.base import FittedGuide, GuideInit, ParamLayout
 from ..guides.custom import CustomGuide, bind_guide
-from ..interpreter import Evaluator
+from ..layout import make_potential
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
 from ..optim import OptimizerConfig
 from .common import Setup, build_posterior, initial_positions
@@ -277,22 +277,8 @@ def build_guide(setup: Setup, spec: Any, init: GuideInit, seed: int, settings: d
 
 
 def _potential(setup: Setup, exclude: frozenset):
-    """U(θ, batch, params) = −log p(θ, D_batch) − log|J| with the model's ``param`` sites given
-    per call (they are optimised with the guide), else :func:`~ppl_bdl.layout.make_potential`."""
-    be, layout = setup.backend, setup.layout
-    args, kwargs = setup.bound.data_for(be)
-    fn = setup.bound.model.fn
-
-    def potential(flat, batch=None, params=None):
-        ev = Evaluator(
-            be, unconstrained=layout.unflatten(flat), params=params if params is not None
-            else setup.params, batch=batch, exclude=exclude,
-        )  # fmt: skip
-        with ev:
-            fn(*args, **kwargs)
-        return -ev.log_joint
-
-    return potential
+    """U(θ, batch, params) with the model's ``param`` sites given per call (VI optimises them)."""
+    return make_potential(setup.bound, setup.backend, setup.layout, setup.params, exclude)
 
 
 def _chunk_size(chunk: Any, num_steps: int, progress: bool) -> int:
