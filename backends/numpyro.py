@@ -148,6 +148,8 @@ class NumPyroBackend(Backend):
     name = "numpyro"
     extra = "numpyro"
     array_family = "jax"
+    #: A compiled loop draws its standard normals for a whole chunk at once (:mod:`ppl_bdl.prefetch`).
+    prefetch_normals = True
 
     def __init__(self, precision: str = "float32"):
         super().__init__(precision)
@@ -219,37 +221,82 @@ class NumPyroBackend(Backend):
     def tree_map(self, fn, *trees):
         return jax.tree_util.tree_map(fn, *trees)
 
-    def compile_loop(self, step, check=None):
+    def eval_shape(self, fn, *args):
+        """``fn(*args)`` evaluated on shapes only (no arrays computed)."""
+        specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), a.dtype), args)
+        return jax.eval_shape(fn, *specs)
+
+    @staticmethod
+    def fresh_copy(x):
+        """``x`` copied into a buffer of its own inside a compiled loop.
+
+        A pre-drawn normal read straight from the loop's input rows, then consumed by several
+        fused ops, made a mean-field VI step of a small BNN 30% slower on CPU here; an explicit
+        copy (a concatenation of two halves, which XLA does not elide) restores the speed.
+        """
+        if x.ndim == 0 or x.shape[-1] < 2:
+            return x
+        half = x.shape[-1] // 2
+        return jnp.concatenate([x[..., :half], x[..., half:]], axis=-1)
+
+    def compile_loop(self, step, check=None, prologue=None, freeze=True, emit_every=1):
         """A jitted runner of ``step(carry, key, x) -> (carry, out)`` over a chunk of steps.
 
-        With ``check(out) -> bool``, the first step whose check fails is not applied and the carry
-        freezes from there (``stopped_at`` says where), so a NaN never overwrites good state.
+        With ``check(out) -> bool``, the first step whose check fails is reported (``stopped_at``)
+        and, with ``freeze``, not applied: the carry keeps its value from before it, so a NaN
+        never overwrites good state. Without ``freeze`` the loop only notes the first failure
+        (one scalar per step instead of a select over the whole carry): for callers that keep
+        the outputs from before it and discard the carry. ``prologue(carry, keys, xs) -> xs``
+        runs once per chunk inside the compiled call, before the loop, with the per-step keys.
+        ``emit_every=L`` keeps the outputs of every L-th step only (steps L-1, 2L-1, ...; the
+        chunk length must be a multiple of L): the others are never computed unless the check
+        needs them.
         """
 
         def body(state, key_and_x):
-            carry, failed = state
+            carry, failed, count = state
             key, x = key_and_x
             new, out = step(carry, key, x)
             if check is not None:
-                ok = jnp.logical_and(check(out), jnp.logical_not(failed))
-                new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry)
-                failed = jnp.logical_or(failed, jnp.logical_not(ok))
-            return (new, failed), (out, failed)
+                bad = jnp.logical_not(check(out))
+                if freeze:
+                    ok = jnp.logical_and(jnp.logical_not(bad), failed < 0)
+                    new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry)
+                failed = jnp.where(jnp.logical_and(bad, failed < 0), count, failed)
+            return (new, failed, count + 1), out
+
+        def block(state, keys_and_xs):
+            state, _ = lax.scan(
+                lambda s, kx: (body(s, kx)[0], None),
+                state,
+                jax.tree_util.tree_map(lambda a: a[:-1], keys_and_xs),
+            )
+            return body(state, jax.tree_util.tree_map(lambda a: a[-1], keys_and_xs))
 
         def run(carry, key, xs, num_steps):
             keys = jax.random.split(key, num_steps)
-            init = (carry, jnp.asarray(False))
-            (carry, _), (outs, failed) = lax.scan(body, init, (keys, xs), length=num_steps)
+            if prologue is not None:
+                xs = prologue(carry, keys, xs)
+            init = (carry, jnp.asarray(-1, jnp.int32), jnp.asarray(0, jnp.int32))
+            if emit_every == 1:
+                (carry, failed, _), outs = lax.scan(body, init, (keys, xs), length=num_steps)
+            else:
+                blocks = jax.tree_util.tree_map(
+                    lambda a: a.reshape((num_steps // emit_every, emit_every) + a.shape[1:]),
+                    (keys, xs),
+                )
+                (carry, failed, _), outs = lax.scan(block, init, blocks)
             return carry, outs, failed
 
         run = jax.jit(run, static_argnames="num_steps")
 
         def runner(carry, key, xs, num_steps: int) -> LoopResult:
+            if num_steps % emit_every:
+                raise ValueError(f"{num_steps} steps are not a multiple of emit_every={emit_every}")
             with self.precision_scope():
                 carry, outs, failed = run(carry, key, xs, num_steps=num_steps)
-                failed = np.asarray(failed)
-            stopped = int(np.argmax(failed)) if failed.any() else None
-            return LoopResult(carry, outs, stopped)
+                failed = int(failed)
+            return LoopResult(carry, outs, failed if failed >= 0 else None)
 
         runner.jitted = run
         return runner

@@ -341,18 +341,24 @@ class PyroBackend(Backend):
     def tree_map(self, fn, *trees):
         return _tree_map(fn, *trees)
 
-    def compile_loop(self, step, check=None):
+    def compile_loop(self, step, check=None, prologue=None, freeze=True, emit_every=1):
         """A Python loop of ``step(carry, key, x) -> (carry, out)``, stopping at the first failed
-        ``check(out)`` with the carry from before that step."""
+        ``check(out)`` with the carry from before that step (``freeze`` changes nothing here:
+        the loop stops there). ``prologue(carry, None, xs) -> xs`` runs once per chunk before it
+        (torch steps share one generator, so there are no per-step keys). ``emit_every=L``
+        keeps the outputs of steps L-1, 2L-1, ... only."""
 
         def runner(carry, key, xs, num_steps: int) -> LoopResult:
+            if prologue is not None:
+                xs = prologue(carry, None, xs)
             outs = []
             stopped = None
             with torch.no_grad():
                 for i in range(num_steps):
                     x = None if xs is None else _index_tree(xs, i)
                     new, out = step(carry, key, x)
-                    outs.append(out)
+                    if (i + 1) % emit_every == 0:
+                        outs.append(out)
                     if check is not None and not bool(check(out)):
                         stopped = i
                         break

@@ -21,8 +21,8 @@ def _interrupt_second_chunk(monkeypatch, backend_name):
     be = bdl.backends.get(backend_name)
     original = type(be).compile_loop
 
-    def compile_loop(self, step, check=None):
-        runner = original(self, step, check)
+    def compile_loop(self, step, *args, **options):
+        runner = original(self, step, *args, **options)
         calls = {"n": 0}
 
         def interrupted(*args, **kwargs):

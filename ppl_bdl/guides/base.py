@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import random
 from ..errors import ConfigError
 
 LOG_2PI = _pymath.log(2.0 * _pymath.pi)
@@ -111,6 +112,11 @@ class Guide:
     def describe(self, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Readable parameters (e.g. scales instead of their softplus preimage), as NumPy."""
         return dict(params)
+
+    def _normal(self, key, shape: tuple[int, ...]):
+        """Standard-normal draws (through :func:`ppl_bdl.random.normal`, so a compiled loop can
+        pre-draw them for a whole chunk)."""
+        return random.normal(key, shape, backend=self.backend)
 
     def _standard_normal_log_prob(self, eps):
         return -0.5 * self.m.sum(eps * eps, axis=-1) - 0.5 * eps.shape[-1] * LOG_2PI

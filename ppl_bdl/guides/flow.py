@@ -144,7 +144,7 @@ class FlowGuide(Guide):
     # -- the guide interface -------------------------------------------------------------------
     def sample(self, params, key, num: int, mask=None):
         m = self.m
-        eps = self.backend.random.normal(key, (num, self.dim))
+        eps = self._normal(key, (num, self.dim))
         log_q = self._standard_normal_log_prob(eps)
         z = eps
         for i in range(self.num_layers):

@@ -60,7 +60,7 @@ class FullRankGuide(Guide):
     def sample(self, params, key, num: int, mask=None):
         m = self.m
         tril = self.scale_tril(params)
-        eps = self.backend.random.normal(key, (num, self.dim))
+        eps = self._normal(key, (num, self.dim))
         theta = params["loc"] + m.matmul(eps, m.transpose(tril))
         log_det = m.sum(m.log(m.diag(tril)))
         return theta, self._standard_normal_log_prob(eps) - log_det

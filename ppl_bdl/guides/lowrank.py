@@ -88,8 +88,8 @@ class LowRankGuide(Guide):
         be, m = self.backend, self.m
         sd = self._diag(params)
         key1, key2 = be.random.split(key)
-        eps = be.random.normal(key2, (num, self.dim))
-        low = be.random.normal(key1, (num, sum(b[3] for b in self.blocks)))
+        eps = self._normal(key2, (num, self.dim))
+        low = self._normal(key1, (num, sum(b[3] for b in self.blocks)))
         parts, start = [], 0
         for name, offset, size, r in self.blocks:
             factor = self._factor(params, name, sd[offset : offset + size])

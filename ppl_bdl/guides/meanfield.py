@@ -50,7 +50,7 @@ class MeanFieldGuide(Guide):
         """Draws and log q; with ``mask`` (0/1 per coordinate) only masked-in coordinates count
         in log q (the others have their KL computed in closed form)."""
         loc, scale = self.loc_scale(params)
-        eps = self.backend.random.normal(key, (num, self.dim))
+        eps = self._normal(key, (num, self.dim))
         theta = loc + scale * eps
         per_coord = -self.m.log(scale) - 0.5 * eps * eps - 0.5 * LOG_2PI
         if mask is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import prefetch
 from ..errors import ConfigError, InferenceError
 from ..layout import make_potential, make_site_potential
 from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
@@ -32,8 +33,8 @@ from .minibatch import EpochBatches, minibatch_plate
 
 #: Keyword settings a kernel factory may declare; the driver fills them in.
 DRIVER_SUPPLIED = ("num_steps", "num_cycles")
-#: Floats of kept positions per compiled chunk (bounds the memory of a chunk's outputs).
-CHUNK_FLOATS = 25_000_000
+#: Floats of positions (and pre-drawn normals) per chain-step of a compiled chunk: bounds its memory.
+CHUNK_FLOATS = 16_000_000
 MAX_CHUNK = 1000
 
 
@@ -153,12 +154,15 @@ def run_sgmcmc(
     dim = layout.dim
     if chunk_size is None:
         chunk_size = int(max(1, min(MAX_CHUNK, CHUNK_FLOATS // max(1, num_chains * dim))))
+        if thinning <= chunk_size:  # whole thinning blocks per chunk (see _Driver._emit_every)
+            chunk_size -= chunk_size % thinning
     chunk_size = min(chunk_size, num_steps)
     driver = _Driver(
         be, kernel, potential, plate, batch_size, step_sizes, keep, chunk_size, name, progress,
         schedule=sizes,
     )  # fmt: skip
     driver.use_site_gradient(setup)
+    driver.thinning = thinning
     vectorised = getattr(be, "array_family", "") == "jax"
     chains = list(range(num_chains))
     groups = [chains] if vectorised else [[c] for c in chains]
@@ -216,7 +220,10 @@ class _Driver:
         # On JAX the step size is computed in the loop from a step counter in the carry: a scalar
         # read from the scanned inputs measurably slows XLA's CPU step (about 2x here).
         self.schedule = schedule if self.vectorised else None
-        self.runner = be.compile_loop(self._loop_step, self._check)
+        self.normal_shapes: list = []
+        self.runners: dict | None = None
+        #: Kept draws are every ``thinning``-th step (set by run_sgmcmc; see _emit_every).
+        self.thinning = 1
         self.traced_grad = None
         self.site_potential = None
         self.layout = None
@@ -262,8 +269,31 @@ class _Driver:
         potential = self.potential
         return self.be.grad(lambda flat: potential(flat, batch))
 
-    def _chain_step(self, state, key, idx, step_size):
+    def _compile(self, state, key, idx) -> None:
+        """The compiled chunk runner. Where the backend pays per draw inside a loop, the
+        kernel's standard normals are recorded from one chain's step and drawn for the whole
+        chunk before the loop (:mod:`ppl_bdl.prefetch`). The carry is not frozen at a failure:
+        the driver keeps the draws from before it and stops."""
         be = self.be
+        if self.vectorised and be.prefetch_normals:
+            step_size = self.schedule(0) if self.schedule is not None else self.step_sizes[0]
+            with be.activate():
+                self.normal_shapes = prefetch.record_normal_shapes(
+                    be, lambda s, k, i: self._chain_step(s, k, i, step_size), state, key, idx
+                )
+        self.runners = {}
+
+    def _prologue(self, carry, _keys, xs):
+        """Draw every chain's normals for the chunk from its per-step keys (steps, chains, key)."""
+        xs = dict(xs)
+        xs["normals"] = prefetch.draw_normals(self.be, xs["keys"], self.normal_shapes, 2)
+        return xs
+
+    def _chain_step(self, state, key, idx, step_size, normals=None):
+        be = self.be
+        if normals is not None:
+            with prefetch.replaying(*[be.fresh_copy(n) for n in normals]):
+                return self._chain_step(state, key, idx, step_size)
         grad_fn = self._grad_fn(idx)
         if self.vectorised:  # per-step keys were split in bulk for the chunk (see _inputs)
             sub = key
@@ -281,9 +311,9 @@ class _Driver:
                 step_size = self.schedule(carry["t"])
             else:
                 step_size = x["step_size"]
-            single = lambda s, k, i: self._chain_step(s, k, i, step_size)  # noqa: E731
+            single = lambda s, k, i, n: self._chain_step(s, k, i, step_size, n)  # noqa: E731
             keys = x["keys"] if self.vectorised else carry["keys"]
-            args = (carry["state"], keys, x.get("idx"))
+            args = (carry["state"], keys, x.get("idx"), x.get("normals"))
             if not self.vectorised:
                 state, keys, info = single(*args)
             elif _leading(keys) == 1:
@@ -316,9 +346,14 @@ class _Driver:
             if self.vectorised:
                 keys = be.math.stack([be.random.key(chain_seed(seed, c)) for c in group])
                 state = be.vmap(kernel.init)(be.asarray(positions0))
+                if self.runners is None:
+                    idx0 = be.asarray(np.zeros(self.batch_size), "int") if self.plate else None
+                    self._compile(kernel.init(be.asarray(positions0[0])), keys[0], idx0)
             else:
                 keys = be.random.key(chain_seed(seed, group[0]))
                 state = kernel.init(be.asarray(positions0[0]))
+                if self.runners is None:
+                    self._compile(state, keys, None)
             loop_key = be.random.key(0)
             carry = {"state": state} if self.vectorised else {"state": state, "keys": keys}
             if self.schedule is not None:
@@ -334,10 +369,11 @@ class _Driver:
         for start in range(0, total, self.chunk):
             # JAX: one compiled shape, the last chunk padded; torch: no wasted steps.
             n = self.chunk if self.vectorised else min(self.chunk, total - start)
+            every = self._emit_every(start, n)
             try:
                 with be.precision_scope():
                     xs = self._inputs(start, n, batches)
-                result = self.runner(carry, loop_key, xs, n)  # the loop's own keys go unused
+                result = self._runner(every)(carry, loop_key, xs, n)  # its own keys go unused
             except KeyboardInterrupt:  # keep the draws of the chunks that finished
                 failure = (start, group, float(self.step_sizes[start]), "interrupted")
                 break
@@ -346,16 +382,19 @@ class _Driver:
             if result.stopped_at is not None:
                 stop = min(stop, result.stopped_at)
             outs = {k: np.asarray(be.to_numpy(v)) for k, v in result.outputs.items()}
-            mask = self.keep[start : start + stop]
-            kept_pos.append(outs["position"][:stop][mask])
+            # Output j is step start + (j + 1) * every - 1; keep those before the stop.
+            steps = start + np.arange(every - 1, n, every)
+            emitted = steps < start + stop
+            mask = self.keep[steps[emitted]]
+            count = int(emitted.sum())
+            kept_pos.append(outs["position"][:count][mask])
             kept_info.append(
-                {k: v[:stop][mask] for k, v in outs.items() if k not in ("position", "finite")}
+                {k: v[:count][mask] for k, v in outs.items() if k not in ("position", "finite")}
             )
             if result.stopped_at is not None and start + result.stopped_at < total:
                 step = start + result.stopped_at
-                finite = outs["finite"][result.stopped_at].reshape(-1)
-                bad = [group[i] for i in np.flatnonzero(~finite.astype(bool))] or group[:1]
-                failure = (step, bad, float(self.step_sizes[step]), "nonfinite")
+                failure = (step, self._failed_chains(group, carry, outs, result.stopped_at),
+                           float(self.step_sizes[step]), "nonfinite")  # fmt: skip
                 break
             if self.progress:
                 done = min(start + self.chunk, total)
@@ -371,6 +410,33 @@ class _Driver:
             draws.append(positions[:, i])
             stats.append({k: v[:, i] for k, v in info.items()})
         return failure
+
+    def _emit_every(self, start: int, n: int) -> int:
+        """Steps per emitted output in the chunk at ``start``: on JAX only the kept steps'
+        positions and stats need leaving the loop (the others are then never computed), so a
+        warmup chunk emits once and a thinned one every ``thinning`` steps; else every step."""
+        if not self.vectorised:
+            return 1
+        kept = np.flatnonzero(self.keep[start : start + n]) + 1
+        every = n if kept.size == 0 else int(np.gcd.reduce(np.append(kept, n)))
+        return every if every in (n, self.thinning) else 1
+
+    def _runner(self, every: int):
+        if every not in self.runners:
+            prologue = self._prologue if self.normal_shapes else None
+            self.runners[every] = self.be.compile_loop(
+                self._loop_step, self._check, prologue=prologue, freeze=False, emit_every=every
+            )
+        return self.runners[every]
+
+    def _failed_chains(self, group: list[int], carry, outs: dict, stopped_at: int) -> list[int]:
+        """The chains of ``group`` that reached NaN/inf (the first one when it cannot be told)."""
+        if self.vectorised:  # the carry is not frozen: a failed chain's position stays non-finite
+            position = np.asarray(self.be.to_numpy(carry["state"]["position"]))
+            finite = np.isfinite(position.reshape(len(group), -1)).all(axis=1)
+        else:
+            finite = np.asarray(outs["finite"][stopped_at]).reshape(-1).astype(bool)
+        return [group[i] for i in np.flatnonzero(~finite)] or group[:1]
 
     def _inputs(self, start: int, n: int, batches) -> dict:
         be = self.be

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import guides as guide_registry
+from .. import prefetch
 from ..errors import ConfigError, InferenceError, ModelError
 from ..guides.base import FittedGuide, GuideInit, ParamLayout
 from ..guides.custom import CustomGuide, bind_guide
@@ -158,9 +159,25 @@ class VIRun:
                 self.loss, opt_config, self.param_layout
             )
             self.state = init_fn(self.param_layout.pack(initial))
-            self._runner = be.compile_loop(step_fn, check=lambda out: out[1])
             self._key = be.random.key(seed)
+            self._runner = self._compile(step_fn, batch_size if minibatch else None)
         self._batches = EpochBatches(minibatch[1], batch_size, seed) if minibatch else None
+
+    def _compile(self, step_fn, batch_size: int | None):
+        """The compiled chunk runner; on backends that pay per draw inside a loop, the guide's
+        standard normals are drawn for the whole chunk before it (:mod:`ppl_bdl.prefetch`)."""
+        be = self.setup.backend
+        check = lambda out: out[1]  # noqa: E731
+        self.max_chunk = MAX_CHUNK
+        if not be.prefetch_normals:
+            return be.compile_loop(step_fn, check=check)
+        x0 = None if batch_size is None else be.asarray(np.zeros(batch_size), dtype="int")
+        shapes = prefetch.record_normal_shapes(be, step_fn, self.state, self._key, x0)
+        if not shapes:
+            return be.compile_loop(step_fn, check=check)
+        self.max_chunk = min(MAX_CHUNK, prefetch.chunk_limit(shapes))
+        prologue, step = prefetch.prefetching_loop(be, step_fn, shapes)
+        return be.compile_loop(step, check=check, prologue=prologue)
 
     def steps(self, num_steps: int, progress: bool = False):
         """Run ``num_steps`` steps in compiled chunks; stop at the first non-finite loss.
@@ -170,7 +187,7 @@ class VIRun:
         failed step, or at the end of the last finished chunk, is kept.
         """
         be = self.setup.backend
-        chunk = _chunk_size(self.chunk_size, num_steps, progress)
+        chunk = _chunk_size(self.chunk_size, num_steps, progress, self.max_chunk)
         losses: list[np.ndarray] = []
         done = 0
         bar = _progress_bar(num_steps) if progress else None
@@ -281,15 +298,15 @@ def _potential(setup: Setup, exclude: frozenset):
     return make_potential(setup.bound, setup.backend, setup.layout, setup.params, exclude)
 
 
-def _chunk_size(chunk: Any, num_steps: int, progress: bool) -> int:
+def _chunk_size(chunk: Any, num_steps: int, progress: bool, limit: int = MAX_CHUNK) -> int:
     if chunk is not None:
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ConfigError(f"chunk_size must be an int >= 1, got {chunk!r}.")
         return min(chunk, num_steps)
     if progress:
-        return max(1, min(MAX_CHUNK, _pymath.ceil(num_steps / 20)))
-    # One chunk when possible: each distinct chunk length is one more compilation on NumPyro.
-    return min(MAX_CHUNK, num_steps)
+        return max(1, min(limit, _pymath.ceil(num_steps / 20)))
+    # Equal chunks, as few as fit: each distinct chunk length is one more compilation on NumPyro.
+    return _pymath.ceil(num_steps / _pymath.ceil(num_steps / limit))
 
 
 def _progress_bar(total: int):
