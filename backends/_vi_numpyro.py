@@ -35,10 +35,11 @@ class NumPyroVISupport:
             opt = optax.chain(optax.clip_by_global_norm(config.clip_norm), opt)
         return opt
 
-    def optimizer_step(self, loss_fn, config: OptimizerConfig, param_layout):
+    def optimizer_step(self, loss_fn, config: OptimizerConfig, param_layout, normal_shapes=None):
         """``loss_fn(params, key, x) -> scalar`` with ``params`` a dict laid out by
         ``param_layout``; returns ``(init(flat numpy) -> state, step, params_of(state) -> flat
-        numpy)``.
+        numpy)``. ``normal_shapes`` is not used: the step is compiled as a whole (and the
+        compiled loop pre-draws its normals, see :mod:`ppl_bdl.prefetch`).
 
         The state keeps the parameters as a dict (a pytree), not one flat vector: slicing a flat
         vector inside the differentiated function makes XLA rebuild the gradient from many

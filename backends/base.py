@@ -7,6 +7,7 @@ objectives, SG-MCMC kernels and schedules are written once in the core against t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -36,17 +37,24 @@ class NativeSettings:
     chain_method: str = "sequential"
 
 
-@dataclass
 class LoopResult:
     """What a compiled loop returns: final carry, per-step outputs (stacked) and where it stopped.
 
     ``stopped_at`` is the index of the first step whose check failed (its update was not applied),
-    or ``None`` when every step ran.
+    or ``None`` when every step ran. It may be given as a function that waits for the loop: a
+    backend that runs loops asynchronously returns at once, and the caller prepares the next
+    chunk's inputs while the loop runs, reading ``stopped_at`` (and the outputs) after.
     """
 
-    carry: Any
-    outputs: Any
-    stopped_at: int | None
+    def __init__(self, carry: Any, outputs: Any, stopped_at: int | None | Callable[[], int | None]):
+        self.carry, self.outputs = carry, outputs
+        self._stopped_at = stopped_at
+
+    @property
+    def stopped_at(self) -> int | None:
+        if callable(self._stopped_at):
+            self._stopped_at = self._stopped_at()
+        return self._stopped_at
 
 
 class Backend:

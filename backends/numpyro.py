@@ -295,8 +295,12 @@ class NumPyroBackend(Backend):
                 raise ValueError(f"{num_steps} steps are not a multiple of emit_every={emit_every}")
             with self.precision_scope():
                 carry, outs, failed = run(carry, key, xs, num_steps=num_steps)
-                failed = int(failed)
-            return LoopResult(carry, outs, failed if failed >= 0 else None)
+
+            def stopped_at():  # waits for the loop (it runs asynchronously until then)
+                index = int(failed)
+                return index if index >= 0 else None
+
+            return LoopResult(carry, outs, stopped_at)
 
         runner.jitted = run
         return runner

@@ -341,6 +341,10 @@ class PyroBackend(Backend):
     def tree_map(self, fn, *trees):
         return _tree_map(fn, *trees)
 
+    def eval_shape(self, fn, *args):
+        """``fn(*args)``, evaluated (torch has no shape-only evaluation; used to record draws)."""
+        return fn(*args)
+
     def compile_loop(self, step, check=None, prologue=None, freeze=True, emit_every=1):
         """A Python loop of ``step(carry, key, x) -> (carry, out)``, stopping at the first failed
         ``check(out)`` with the carry from before that step (``freeze`` changes nothing here:

@@ -254,6 +254,13 @@ def main() -> None:
         )
         ours = {m: time_ours(backend, m, 10_000, steps) for m in ("sgld", "sghmc")}
         big = {n: time_ours(backend, "sgld", n, steps) for n in (100_000, 1_000_000)}
+        # The floor at N = 1e6 too: its minibatch gathers miss the cache as ours do, so the
+        # memory hierarchy, not O(N) work, sets what "within 1.2x" can mean on this machine.
+        big_floor = (
+            time_sgd_jax(1_000_000, steps)
+            if backend == "numpyro"
+            else time_sgd_torch(1_000_000, steps)
+        )
         print(f"\n== {backend} (8-50-1 tanh BNN, B={B}, {steps} steps) ==")
         print(f"(a) hand-written SGD, N=1e4     {floor:8.4f} ms/step")
         print(f"(b) ours sgld, N=1e4            {ours['sgld']:8.4f} ms/step")
@@ -261,9 +268,13 @@ def main() -> None:
         print(f"(c) {anchor_name:<27s} {anchor:8.4f} ms/step")
         print(f"(b) ours sgld, N=1e5            {big[100_000]:8.4f} ms/step")
         print(f"(b) ours sgld, N=1e6            {big[1_000_000]:8.4f} ms/step")
+        print(f"(a) hand-written SGD, N=1e6     {big_floor:8.4f} ms/step")
         print(f"ratio (b sgld)/(a)          {ours['sgld'] / floor:6.2f}   target <= 1.5")
         print(f"ratio (c)/(b sgld)          {anchor / ours['sgld']:6.2f}   target >= 1.0")
         print(f"ratio (b 1e6)/(b 1e4)       {big[1_000_000] / ours['sgld']:6.2f}   target <= 1.2")
+        print(
+            f"  the floor's (a 1e6)/(a 1e4) {big_floor / floor:6.2f}   (same data access, no sampler)"
+        )
 
 
 if __name__ == "__main__":

@@ -366,21 +366,31 @@ class _Driver:
         kept_pos, kept_info = [], []
         total = len(self.keep)
         failure = None
+        # JAX: one compiled shape, the last chunk padded; torch: no wasted steps.
+        length = (lambda start: self.chunk) if self.vectorised else (
+            lambda start: min(self.chunk, total - start))  # fmt: skip
+        with be.precision_scope():
+            xs_next = self._inputs(0, length(0), batches)
         for start in range(0, total, self.chunk):
-            # JAX: one compiled shape, the last chunk padded; torch: no wasted steps.
-            n = self.chunk if self.vectorised else min(self.chunk, total - start)
+            n, xs = length(start), xs_next
             every = self._emit_every(start, n)
             try:
-                with be.precision_scope():
-                    xs = self._inputs(start, n, batches)
                 result = self._runner(every)(carry, loop_key, xs, n)  # its own keys go unused
+                # The next chunk's inputs are made while this one runs (on JAX it runs
+                # asynchronously until its results are read).
+                if start + self.chunk < total:
+                    with be.precision_scope():
+                        xs_next = self._inputs(
+                            start + self.chunk, length(start + self.chunk), batches
+                        )
+                stopped_at = result.stopped_at
             except KeyboardInterrupt:  # keep the draws of the chunks that finished
                 failure = (start, group, float(self.step_sizes[start]), "interrupted")
                 break
             carry = result.carry
             stop = min(n, total - start)
-            if result.stopped_at is not None:
-                stop = min(stop, result.stopped_at)
+            if stopped_at is not None:
+                stop = min(stop, stopped_at)
             outs = {k: np.asarray(be.to_numpy(v)) for k, v in result.outputs.items()}
             # Output j is step start + (j + 1) * every - 1; keep those before the stop.
             steps = start + np.arange(every - 1, n, every)
@@ -391,9 +401,9 @@ class _Driver:
             kept_info.append(
                 {k: v[:count][mask] for k, v in outs.items() if k not in ("position", "finite")}
             )
-            if result.stopped_at is not None and start + result.stopped_at < total:
-                step = start + result.stopped_at
-                failure = (step, self._failed_chains(group, carry, outs, result.stopped_at),
+            if stopped_at is not None and start + stopped_at < total:
+                step = start + stopped_at
+                failure = (step, self._failed_chains(group, carry, outs, stopped_at),
                            float(self.step_sizes[step]), "nonfinite")  # fmt: skip
                 break
             if self.progress:

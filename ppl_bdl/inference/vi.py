@@ -155,29 +155,66 @@ class VIRun:
                 shapes.update(self.model_params.shapes)
                 initial.update(self.model_params.initial())
             self.param_layout = ParamLayout(shapes)
-            init_fn, step_fn, self._params_of = be.vi_support().optimizer_step(
-                self.loss, opt_config, self.param_layout
-            )
-            self.state = init_fn(self.param_layout.pack(initial))
             self._key = be.random.key(seed)
+            x0 = None if not minibatch else be.asarray(np.zeros(batch_size), dtype="int")
+            init_fn, step_fn, self._params_of = be.vi_support().optimizer_step(
+                self.loss, opt_config, self.param_layout,
+                normal_shapes=self._traceable_draws(self.param_layout.pack(initial), x0),
+            )  # fmt: skip
+            self.state = init_fn(self.param_layout.pack(initial))
             self._runner = self._compile(step_fn, batch_size if minibatch else None)
         self._batches = EpochBatches(minibatch[1], batch_size, seed) if minibatch else None
 
-    def _compile(self, step_fn, batch_size: int | None):
-        """The compiled chunk runner; on backends that pay per draw inside a loop, the guide's
-        standard normals are drawn for the whole chunk before it (:mod:`ppl_bdl.prefetch`)."""
+    def _traceable_draws(self, initial: np.ndarray, x0):
+        """On torch: the standard-normal draws of one loss evaluation (the loss is then traced
+        with them as inputs), for the built-in guides, which use the key for nothing else; None
+        for a custom guide (it draws through its sites) or on JAX (compiled there anyway)."""
         be = self.setup.backend
-        check = lambda out: out[1]  # noqa: E731
+        if getattr(be, "array_family", "") == "jax" or isinstance(self.guide, CustomGuide):
+            return None
+        params = self.param_layout.unpack(be.asarray(initial))
+        return prefetch.record_normal_shapes(be, self.loss, params, self._key, x0)
+
+    def _compile(self, step_fn, batch_size: int | None):
+        """The compiled chunk runner.
+
+        On JAX (a pure step, compiled loop): the guide's standard normals are drawn for the
+        whole chunk before the loop (:mod:`ppl_bdl.prefetch`), and the loop checks only that
+        the loss is finite and does not freeze its carry (a select over the whole optimizer
+        state every step). A failed chunk is run again from its start by a second, frozen
+        runner that checks the gradients too (:meth:`_recover`): the same keys and batches give
+        the same steps, so it stops where the run went wrong and keeps the state from before.
+        On torch the step itself skips a non-finite update and the loop stops there.
+        """
+        be = self.setup.backend
+        full_check = lambda out: out[1]  # noqa: E731
         self.max_chunk = MAX_CHUNK
-        if not be.prefetch_normals:
-            return be.compile_loop(step_fn, check=check)
-        x0 = None if batch_size is None else be.asarray(np.zeros(batch_size), dtype="int")
-        shapes = prefetch.record_normal_shapes(be, step_fn, self.state, self._key, x0)
-        if not shapes:
-            return be.compile_loop(step_fn, check=check)
-        self.max_chunk = min(MAX_CHUNK, prefetch.chunk_limit(shapes))
-        prologue, step = prefetch.prefetching_loop(be, step_fn, shapes)
-        return be.compile_loop(step, check=check, prologue=prologue)
+        self._recovery = None
+        if getattr(be, "array_family", "") != "jax":
+            return be.compile_loop(step_fn, check=full_check)
+        prologue, step = None, step_fn
+        if be.prefetch_normals:
+            x0 = None if batch_size is None else be.asarray(np.zeros(batch_size), dtype="int")
+            shapes = prefetch.record_normal_shapes(be, step_fn, self.state, self._key, x0)
+            if shapes:
+                self.max_chunk = min(MAX_CHUNK, prefetch.chunk_limit(shapes))
+                prologue, step = prefetch.prefetching_loop(be, step_fn, shapes)
+
+        def loss_only(carry, key, x):
+            carry, (loss, _) = step(carry, key, x)
+            return carry, (loss, be.math.isfinite(loss))
+
+        self._recovery = lambda: be.compile_loop(step, check=full_check, prologue=prologue)
+        return be.compile_loop(loss_only, check=full_check, prologue=prologue, freeze=False)
+
+    def _recover(self, state, key, xs, n: int, stopped_at: int):
+        """Re-run a failed chunk with the frozen, fully checked runner; return its result."""
+        if callable(self._recovery):  # compiled on the first failure only
+            self._recovery = self._recovery()
+        result = self._recovery(state, key, xs, n)
+        if result.stopped_at is None or result.stopped_at > stopped_at:  # pragma: no cover
+            raise RuntimeError("re-running a failed VI chunk did not reproduce the failure")
+        return result
 
     def steps(self, num_steps: int, progress: bool = False):
         """Run ``num_steps`` steps in compiled chunks; stop at the first non-finite loss.
@@ -202,6 +239,8 @@ class VIRun:
                     self._key, sub = be.random.split(self._key)
                     try:
                         result = self._runner(self.state, sub, xs, n)
+                        if result.stopped_at is not None and self._recovery is not None:
+                            result = self._recover(self.state, sub, xs, n, result.stopped_at)
                     except KeyboardInterrupt:  # keep the parameters of the chunks that finished
                         so_far = np.concatenate(losses) if losses else np.zeros(0)
                         return so_far, (done, None, "interrupted")
