@@ -239,7 +239,9 @@ class NumPyroBackend(Backend):
         half = x.shape[-1] // 2
         return jnp.concatenate([x[..., :half], x[..., half:]], axis=-1)
 
-    def compile_loop(self, step, check=None, prologue=None, freeze=True, emit_every=1):
+    def compile_loop(
+        self, step, check=None, prologue=None, freeze=True, emit_every=1, stage_inputs=False
+    ):
         """A jitted runner of ``step(carry, key, x) -> (carry, out)`` over a chunk of steps.
 
         With ``check(out) -> bool``, the first step whose check fails is reported (``stopped_at``)
@@ -250,7 +252,10 @@ class NumPyroBackend(Backend):
         runs once per chunk inside the compiled call, before the loop, with the per-step keys.
         ``emit_every=L`` keeps the outputs of every L-th step only (steps L-1, 2L-1, ...; the
         chunk length must be a multiple of L): the others are never computed unless the check
-        needs them.
+        needs them. ``stage_inputs`` hands each step its ``x`` through the loop's carry (read one
+        step ahead) instead of as a slice of the scanned inputs: XLA then reads it from a buffer
+        of its own rather than re-slicing the chunk's inputs inside every fused op that uses it,
+        which made a mean-field VI step of a small BNN 20% faster on CPU.
         """
 
         def body(state, key_and_x):
@@ -265,27 +270,46 @@ class NumPyroBackend(Backend):
                 failed = jnp.where(jnp.logical_and(bad, failed < 0), count, failed)
             return (new, failed, count + 1), out
 
-        def block(state, keys_and_xs):
-            state, _ = lax.scan(
-                lambda s, kx: (body(s, kx)[0], None),
-                state,
-                jax.tree_util.tree_map(lambda a: a[:-1], keys_and_xs),
-            )
-            return body(state, jax.tree_util.tree_map(lambda a: a[-1], keys_and_xs))
+        def blocks_of(step_fn):
+            """Run ``emit_every`` steps, keeping only the last one's outputs."""
+
+            def block(state, inputs):
+                state, _ = lax.scan(
+                    lambda s, i: (step_fn(s, i)[0], None),
+                    state,
+                    jax.tree_util.tree_map(lambda a: a[:-1], inputs),
+                )
+                return step_fn(state, jax.tree_util.tree_map(lambda a: a[-1], inputs))
+
+            return block
 
         def run(carry, key, xs, num_steps):
             keys = jax.random.split(key, num_steps)
             if prologue is not None:
                 xs = prologue(carry, keys, xs)
             init = (carry, jnp.asarray(-1, jnp.int32), jnp.asarray(0, jnp.int32))
-            if emit_every == 1:
-                (carry, failed, _), outs = lax.scan(body, init, (keys, xs), length=num_steps)
-            else:
-                blocks = jax.tree_util.tree_map(
-                    lambda a: a.reshape((num_steps // emit_every, emit_every) + a.shape[1:]),
-                    (keys, xs),
+            if stage_inputs:
+                at = lambda i: jax.tree_util.tree_map(  # noqa: E731
+                    lambda a: lax.dynamic_index_in_dim(a, i, keepdims=False), xs
                 )
-                (carry, failed, _), outs = lax.scan(block, init, blocks)
+
+                def step_fn(state, key):  # x comes from the carry; the next one goes into it
+                    inner, x = state
+                    inner, out = body(inner, (key, x))
+                    return (inner, at(jnp.minimum(inner[2], num_steps - 1))), out
+
+                init, inputs = (init, at(0)), keys
+            else:
+                step_fn, inputs = body, (keys, xs)
+            if emit_every == 1:
+                final, outs = lax.scan(step_fn, init, inputs, length=num_steps)
+            else:
+                inputs = jax.tree_util.tree_map(
+                    lambda a: a.reshape((num_steps // emit_every, emit_every) + a.shape[1:]),
+                    inputs,
+                )
+                final, outs = lax.scan(blocks_of(step_fn), init, inputs)
+            carry, failed, _ = final[0] if stage_inputs else final
             return carry, outs, failed
 
         run = jax.jit(run, static_argnames="num_steps")

@@ -345,12 +345,14 @@ class PyroBackend(Backend):
         """``fn(*args)``, evaluated (torch has no shape-only evaluation; used to record draws)."""
         return fn(*args)
 
-    def compile_loop(self, step, check=None, prologue=None, freeze=True, emit_every=1):
+    def compile_loop(
+        self, step, check=None, prologue=None, freeze=True, emit_every=1, stage_inputs=False
+    ):
         """A Python loop of ``step(carry, key, x) -> (carry, out)``, stopping at the first failed
         ``check(out)`` with the carry from before that step (``freeze`` changes nothing here:
         the loop stops there). ``prologue(carry, None, xs) -> xs`` runs once per chunk before it
         (torch steps share one generator, so there are no per-step keys). ``emit_every=L``
-        keeps the outputs of steps L-1, 2L-1, ... only."""
+        keeps the outputs of steps L-1, 2L-1, ... only. ``stage_inputs`` changes nothing here."""
 
         def runner(carry, key, xs, num_steps: int) -> LoopResult:
             if prologue is not None:

@@ -181,7 +181,8 @@ class VIRun:
         On JAX (a pure step, compiled loop): the guide's standard normals are drawn for the
         whole chunk before the loop (:mod:`ppl_bdl.prefetch`), and the loop checks only that
         the loss is finite and does not freeze its carry (a select over the whole optimizer
-        state every step). A failed chunk is run again from its start by a second, frozen
+        state every step), and each step's inputs are staged through the loop's carry (see
+        ``compile_loop``). A failed chunk is run again from its start by a second, frozen
         runner that checks the gradients too (:meth:`_recover`): the same keys and batches give
         the same steps, so it stops where the run went wrong and keeps the state from before.
         On torch the step itself skips a non-finite update and the loop stops there.
@@ -204,8 +205,9 @@ class VIRun:
             carry, (loss, _) = step(carry, key, x)
             return carry, (loss, be.math.isfinite(loss))
 
-        self._recovery = lambda: be.compile_loop(step, check=full_check, prologue=prologue)
-        return be.compile_loop(loss_only, check=full_check, prologue=prologue, freeze=False)
+        staged = dict(prologue=prologue, stage_inputs=True)
+        self._recovery = lambda: be.compile_loop(step, check=full_check, **staged)
+        return be.compile_loop(loss_only, check=full_check, freeze=False, **staged)
 
     def _recover(self, state, key, xs, n: int, stopped_at: int):
         """Re-run a failed chunk with the frozen, fully checked runner; return its result."""
