@@ -7,6 +7,8 @@ chapter's Eq. 2.19), which keeps the log-likelihood and its gradient unbiased.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from ..errors import ConfigError
@@ -39,6 +41,11 @@ def minibatch_plate(setup: Setup, batch_size: int | None) -> tuple[str, int] | N
     return name, size
 
 
+#: Data sizes from which the next epoch's shuffle is prepared on a worker thread.
+BACKGROUND_N = 100_000
+_SHUFFLER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ppl_bdl-shuffle")
+
+
 class EpochBatches:
     """Minibatch indices: reshuffle once per epoch and slice consecutive blocks of ``batch_size``.
 
@@ -60,6 +67,10 @@ class EpochBatches:
         self._rng = np.random.default_rng(seed)
         self._perm = self._rng.permutation(size)
         self._position = 0
+        # For large N the next epoch's shuffle is made on a worker thread (NumPy releases the
+        # GIL while shuffling) while this epoch's batches are used; the same generator draws
+        # the same permutations in the same order either way.
+        self._next = _SHUFFLER.submit(self._rng.permutation, size) if size >= BACKGROUND_N else None
 
     def next_block(self, num_steps: int) -> np.ndarray:
         """Indices for the next ``num_steps`` steps, shaped (num_steps, batch_size)."""
@@ -67,7 +78,11 @@ class EpochBatches:
         done, b = 0, self.batch_size
         while done < num_steps:  # whole runs of one epoch at a time (same indices as step by step)
             if self._position == self.per_epoch:
-                self._perm = self._rng.permutation(self.size)
+                if self._next is None:
+                    self._perm = self._rng.permutation(self.size)
+                else:
+                    self._perm = self._next.result()
+                    self._next = _SHUFFLER.submit(self._rng.permutation, self.size)
                 self._position = 0
             take = min(num_steps - done, self.per_epoch - self._position)
             start = self._position * b
