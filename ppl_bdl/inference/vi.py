@@ -203,11 +203,12 @@ class VIRun:
 
         def loss_only(carry, key, x):
             carry, (loss, _) = step(carry, key, x)
-            return carry, (loss, be.math.isfinite(loss))
+            return carry, (loss,)
 
         staged = dict(prologue=prologue, stage_inputs=True)
         self._recovery = lambda: be.compile_loop(step, check=full_check, **staged)
-        return be.compile_loop(loss_only, check=full_check, freeze=False, **staged)
+        finite_loss = lambda out: be.math.isfinite(out[0])  # noqa: E731
+        return be.compile_loop(loss_only, check=finite_loss, freeze=False, **staged)
 
     def _recover(self, state, key, xs, n: int, stopped_at: int):
         """Re-run a failed chunk with the frozen, fully checked runner; return its result."""
