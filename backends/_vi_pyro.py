@@ -14,6 +14,7 @@ import torch
 from .. import prefetch
 from ..optim import OptimizerConfig, learning_rate
 from ..runtime import use_backend
+from ._torch_trace import script_trace
 
 #: Parameter count up to which a run uses one intra-op thread (see ``run_scope``).
 SMALL_PROBLEM = 1_000_000
@@ -147,14 +148,7 @@ def trace_loss_and_grad(backend, loss_fn, param_layout, normal_shapes, eager):
         else:
             fn, args = with_normals, (phi, x, *normals)
         try:
-            from torch.fx.experimental.proxy_tensor import make_fx
-
-            graph = make_fx(fn)(*args)
-            graph.graph.eliminate_dead_code()
-            graph.recompile()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                traced = torch.jit.trace(graph, args, check_trace=False)
+            traced = script_trace(fn, args)
             grad, loss = traced(*args)
             ref_grad, ref_loss = fn(*args)
             scale = 1.0 + float(ref_grad.abs().max())

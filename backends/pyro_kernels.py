@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from ..runtime import use_backend
+from ._torch_trace import script_trace
 
 
 def trace_minibatch_grad(
@@ -37,14 +38,7 @@ def trace_minibatch_grad(
     eager = eager_full if plate is None else eager_batch
     args = (example_flat,) if plate is None else (example_flat, example_idx)
     try:
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        graph = make_fx(eager)(*args)
-        graph.graph.eliminate_dead_code()
-        graph.recompile()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            traced = torch.jit.trace(graph, args, check_trace=False)
+        traced = script_trace(eager, args)
         reference = eager(*args)
         if not torch.allclose(
             traced(*args), reference, rtol=1e-4, atol=1e-5 * (1 + float(reference.abs().max()))

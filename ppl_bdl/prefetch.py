@@ -136,16 +136,13 @@ def chunk_limit(shapes: Sequence[tuple[int, ...]], copies: int = 1) -> int:
 
 def prefetching_loop(backend, step: Callable, shapes: Sequence[tuple[int, ...]]):
     """``(prologue, step)`` for :meth:`Backend.compile_loop` that pre-draw the normals of
-    ``step(carry, key, x)`` (recorded as ``shapes``) from the loop's per-step keys.
-
-    The backend's ``fresh_copy`` gives each step's draws a buffer of their own (see
-    :meth:`NumPyroBackend.fresh_copy <ppl_bdl.backends.numpyro.NumPyroBackend.fresh_copy>`)."""
+    ``step(carry, key, x)`` (recorded as ``shapes``) from the loop's per-step keys."""
 
     def prologue(carry, keys, xs):
         return {"x": xs, "normals": draw_normals(backend, keys, shapes)}
 
     def replayed_step(carry, key, x):
-        with replaying(*[backend.fresh_copy(d) for d in x["normals"]]):
+        with replaying(*x["normals"]):
             return step(carry, key, x["x"])
 
     return prologue, replayed_step

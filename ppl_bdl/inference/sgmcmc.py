@@ -269,11 +269,10 @@ class _Driver:
         potential = self.potential
         return self.be.grad(lambda flat: potential(flat, batch))
 
-    def _compile(self, state, key, idx) -> None:
-        """The compiled chunk runner. Where the backend pays per draw inside a loop, the
-        kernel's standard normals are recorded from one chain's step and drawn for the whole
-        chunk before the loop (:mod:`ppl_bdl.prefetch`). The carry is not frozen at a failure:
-        the driver keeps the draws from before it and stops."""
+    def _prepare_loops(self, state, key, idx) -> None:
+        """Get ready to compile chunk runners (:meth:`_runner`, one per output spacing). Where
+        the backend pays per draw inside a loop, the kernel's standard normals are recorded from
+        one chain's step, to be drawn for the whole chunk before the loop (:mod:`ppl_bdl.prefetch`)."""
         be = self.be
         if self.vectorised and be.prefetch_normals:
             step_size = self.schedule(0) if self.schedule is not None else self.step_sizes[0]
@@ -292,7 +291,7 @@ class _Driver:
     def _chain_step(self, state, key, idx, step_size, normals=None):
         be = self.be
         if normals is not None:
-            with prefetch.replaying(*[be.fresh_copy(n) for n in normals]):
+            with prefetch.replaying(*normals):
                 return self._chain_step(state, key, idx, step_size)
         grad_fn = self._grad_fn(idx)
         if self.vectorised:  # per-step keys were split in bulk for the chunk (see _inputs)
@@ -348,12 +347,12 @@ class _Driver:
                 state = be.vmap(kernel.init)(be.asarray(positions0))
                 if self.runners is None:
                     idx0 = be.asarray(np.zeros(self.batch_size), "int") if self.plate else None
-                    self._compile(kernel.init(be.asarray(positions0[0])), keys[0], idx0)
+                    self._prepare_loops(kernel.init(be.asarray(positions0[0])), keys[0], idx0)
             else:
                 keys = be.random.key(chain_seed(seed, group[0]))
                 state = kernel.init(be.asarray(positions0[0]))
                 if self.runners is None:
-                    self._compile(state, keys, None)
+                    self._prepare_loops(state, keys, None)
             loop_key = be.random.key(0)
             carry = {"state": state} if self.vectorised else {"state": state, "keys": keys}
             if self.schedule is not None:

@@ -190,7 +190,7 @@ class VIRun:
         be = self.setup.backend
         full_check = lambda out: out[1]  # noqa: E731
         self.max_chunk = MAX_CHUNK
-        self._recovery = None
+        self._recovery = self._recovery_runner = None
         if getattr(be, "array_family", "") != "jax":
             return be.compile_loop(step_fn, check=full_check)
         prologue, step = None, step_fn
@@ -212,9 +212,9 @@ class VIRun:
 
     def _recover(self, state, key, xs, n: int, stopped_at: int):
         """Re-run a failed chunk with the frozen, fully checked runner; return its result."""
-        if callable(self._recovery):  # compiled on the first failure only
-            self._recovery = self._recovery()
-        result = self._recovery(state, key, xs, n)
+        if self._recovery_runner is None:  # compiled on the first failure only
+            self._recovery_runner = self._recovery()
+        result = self._recovery_runner(state, key, xs, n)
         if result.stopped_at is None or result.stopped_at > stopped_at:  # pragma: no cover
             raise RuntimeError("re-running a failed VI chunk did not reproduce the failure")
         return result
