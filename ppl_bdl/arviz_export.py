@@ -54,6 +54,7 @@ def _attrs(posterior) -> dict[str, str]:
         "inference_library": "ppl_bdl",
         "ppl_bdl_backend": posterior.backend,
         "ppl_bdl_method": posterior.method,
+        "ppl_bdl_precision": posterior.precision,
         "ppl_bdl_model": posterior.model_name,
         "ppl_bdl_latent": ",".join(posterior.latent_names),
     }

@@ -160,10 +160,13 @@ class FittedGuide:
     (10,)
     """
 
-    def __init__(self, guide: Guide, phi: np.ndarray):
+    def __init__(self, guide: Guide, phi: np.ndarray, settings: dict | None = None):
         self.guide = guide
         self.phi = np.asarray(phi)
         self.name = guide.name
+        #: The guide's own options as given to ``fit`` (``rank``, ``num_layers``, ...), so a saved
+        #: posterior can rebuild it (:func:`ppl_bdl.load` with ``model=``).
+        self.settings = dict(settings or {})
 
     @property
     def params(self) -> dict[str, np.ndarray]:

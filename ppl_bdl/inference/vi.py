@@ -138,6 +138,7 @@ class VIRun:
             self.guide = build_guide(
                 setup, run_opts.get("guide", "meanfield"), init, seed, guide_opts
             )
+            self.guide_settings = dict(guide_opts)
             self.kl = analytic_kl_sites(setup, self.guide, self.objective)
             model_sites = {n: r for n, r in setup.sites.items() if r.kind == "param"}
             self.model_params = ModelParams(model_sites, be) if model_sites else None
@@ -263,7 +264,9 @@ class VIRun:
     def fitted_guide(self) -> FittedGuide:
         """The guide at the current parameters."""
         flat = self._params_of(self.state)
-        return FittedGuide(self.guide, flat[: self.guide.param_layout.size])
+        return FittedGuide(
+            self.guide, flat[: self.guide.param_layout.size], settings=self.guide_settings
+        )
 
     def fitted_model_params(self) -> dict:
         """The model's ``param`` sites at their fitted values (backend arrays)."""
