@@ -64,25 +64,30 @@ class EpochBatches:
         self.size = size
         self.batch_size = batch_size
         self.per_epoch = size // batch_size
+        self._dtype = np.int32 if size < 2**31 else np.int64
         self._rng = np.random.default_rng(seed)
-        self._perm = self._rng.permutation(size)
+        self._perm = self._shuffle()
         self._position = 0
         # For large N the next epoch's shuffle is made on a worker thread (NumPy releases the
         # GIL while shuffling) while this epoch's batches are used; the same generator draws
         # the same permutations in the same order either way.
-        self._next = _SHUFFLER.submit(self._rng.permutation, size) if size >= BACKGROUND_N else None
+        self._next = _SHUFFLER.submit(self._shuffle) if size >= BACKGROUND_N else None
+
+    def _shuffle(self) -> np.ndarray:
+        # int32 indices when they fit: half the memory traffic of int64, and what the backends use.
+        return self._rng.permutation(np.arange(self.size, dtype=self._dtype))
 
     def next_block(self, num_steps: int) -> np.ndarray:
         """Indices for the next ``num_steps`` steps, shaped (num_steps, batch_size)."""
-        out = np.empty((num_steps, self.batch_size), dtype=np.int64)
+        out = np.empty((num_steps, self.batch_size), dtype=self._dtype)
         done, b = 0, self.batch_size
         while done < num_steps:  # whole runs of one epoch at a time (same indices as step by step)
             if self._position == self.per_epoch:
                 if self._next is None:
-                    self._perm = self._rng.permutation(self.size)
+                    self._perm = self._shuffle()
                 else:
                     self._perm = self._next.result()
-                    self._next = _SHUFFLER.submit(self._rng.permutation, self.size)
+                    self._next = _SHUFFLER.submit(self._shuffle)
                 self._position = 0
             take = min(num_steps - done, self.per_epoch - self._position)
             start = self._position * b
