@@ -2,7 +2,8 @@
 Python every step (the Pyro SG-MCMC gradient, the Pyro VI loss).
 
 Like ``jax.jit``, a trace assumes the function's Python control flow depends on shapes, not on
-values; callers check the trace against the eager function once and fall back to it otherwise.
+values; the trace is checked against the eager function at the example arguments, and callers
+fall back to the eager function when tracing fails.
 
 Example
 -------
@@ -21,7 +22,8 @@ from collections.abc import Callable
 
 def script_trace(fn: Callable, args: tuple):
     """``fn`` traced at ``args`` to an aten graph (``make_fx``, so ``torch.func`` transforms are
-    traced through), dead code removed, then compiled by TorchScript."""
+    traced through), dead code removed, then compiled by TorchScript. Raises ``RuntimeError``
+    when the trace's outputs at ``args`` differ from ``fn``'s (a tensor or a tuple of them)."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -30,4 +32,12 @@ def script_trace(fn: Callable, args: tuple):
     graph.recompile()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.jit.trace(graph, args, check_trace=False)
+        traced = torch.jit.trace(graph, args, check_trace=False)
+    outputs, references = traced(*args), fn(*args)
+    if isinstance(references, torch.Tensor):
+        outputs, references = (outputs,), (references,)
+    for out, ref in zip(outputs, references, strict=True):
+        atol = 1e-5 * (1.0 + float(ref.abs().max()))
+        if not torch.allclose(out, ref, rtol=1e-4, atol=atol):
+            raise RuntimeError("the trace disagrees with the eager function")
+    return traced

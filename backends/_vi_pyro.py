@@ -148,16 +148,7 @@ def trace_loss_and_grad(backend, loss_fn, param_layout, normal_shapes, eager):
         else:
             fn, args = with_normals, (phi, x, *normals)
         try:
-            traced = script_trace(fn, args)
-            grad, loss = traced(*args)
-            ref_grad, ref_loss = fn(*args)
-            scale = 1.0 + float(ref_grad.abs().max())
-            if not (
-                torch.allclose(loss, ref_loss, rtol=1e-4, atol=1e-4 * (1.0 + float(ref_loss.abs())))
-                and torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-5 * scale)
-            ):
-                raise RuntimeError("the traced loss disagrees with the eager one")
-            return traced
+            return script_trace(fn, args)
         except Exception as err:  # noqa: BLE001 - any failure means: use the eager step
             warnings.warn(
                 f"could not trace the VI loss ({type(err).__name__}: {err}); VI on Pyro "

@@ -30,6 +30,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -117,20 +118,9 @@ def replaying(*draws) -> contextlib.AbstractContextManager:
     return _using(_Replay(draws))
 
 
-def floats_per_step(shapes: Sequence[tuple[int, ...]]) -> int:
-    """How many floats one step's pre-drawn normals hold."""
-    total = 0
-    for shape in shapes:
-        size = 1
-        for s in shape:
-            size *= s
-        total += size
-    return total
-
-
 def chunk_limit(shapes: Sequence[tuple[int, ...]], copies: int = 1) -> int:
     """The most steps per chunk whose pre-drawn normals (for ``copies`` chains) fit the budget."""
-    per_step = floats_per_step(shapes) * max(1, copies)
+    per_step = sum(math.prod(shape) for shape in shapes) * max(1, copies)
     return max(1, MAX_PREFETCH_FLOATS // max(1, per_step))
 
 

@@ -159,10 +159,9 @@ def run_sgmcmc(
     chunk_size = min(chunk_size, num_steps)
     driver = _Driver(
         be, kernel, potential, plate, batch_size, step_sizes, keep, chunk_size, name, progress,
-        schedule=sizes,
+        schedule=sizes, thinning=thinning,
     )  # fmt: skip
     driver.use_site_gradient(setup)
-    driver.thinning = thinning
     vectorised = getattr(be, "array_family", "") == "jax"
     chains = list(range(num_chains))
     groups = [chains] if vectorised else [[c] for c in chains]
@@ -210,7 +209,7 @@ class _Driver:
 
     def __init__(
         self, be, kernel, potential, plate, batch_size, step_sizes, keep, chunk, name, progress,
-        schedule=None,
+        schedule=None, thinning=1,
     ):  # fmt: skip
         self.be, self.kernel, self.potential = be, kernel, potential
         self.plate, self.batch_size = plate, batch_size
@@ -222,8 +221,8 @@ class _Driver:
         self.schedule = schedule if self.vectorised else None
         self.normal_shapes: list = []
         self.runners: dict | None = None
-        #: Kept draws are every ``thinning``-th step (set by run_sgmcmc; see _emit_every).
-        self.thinning = 1
+        #: Kept draws are every ``thinning``-th step (see _emit_every).
+        self.thinning = thinning
         self.traced_grad = None
         self.site_potential = None
         self.layout = None

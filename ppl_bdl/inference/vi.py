@@ -28,6 +28,7 @@ Example
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math as _pymath
 import sys
@@ -158,25 +159,25 @@ class VIRun:
             self.param_layout = ParamLayout(shapes)
             self._key = be.random.key(seed)
             x0 = None if not minibatch else be.asarray(np.zeros(batch_size), dtype="int")
+            normal_shapes = self._recorded_draws(self.param_layout.pack(initial), x0)
             init_fn, step_fn, self._params_of = be.vi_support().optimizer_step(
-                self.loss, opt_config, self.param_layout,
-                normal_shapes=self._traceable_draws(self.param_layout.pack(initial), x0),
-            )  # fmt: skip
+                self.loss, opt_config, self.param_layout, normal_shapes=normal_shapes
+            )
             self.state = init_fn(self.param_layout.pack(initial))
-            self._runner = self._compile(step_fn, x0)
+            self._runner = self._compile(step_fn, normal_shapes)
         self._batches = EpochBatches(minibatch[1], batch_size, seed) if minibatch else None
 
-    def _traceable_draws(self, initial: np.ndarray, x0):
-        """On torch: the standard-normal draws of one loss evaluation (the loss is then traced
-        with them as inputs), for the built-in guides, which use the key for nothing else; None
-        for a custom guide (it draws through its sites) or on JAX (compiled there anyway)."""
-        be = self.setup.backend
-        if getattr(be, "array_family", "") == "jax" or isinstance(self.guide, CustomGuide):
+    def _recorded_draws(self, initial: np.ndarray, x0):
+        """The standard-normal draws one loss evaluation makes (:mod:`ppl_bdl.prefetch`): JAX
+        draws them for a whole chunk before the loop, torch traces the loss with them as inputs.
+        None for a custom guide: it draws through its sample sites, with the key."""
+        if isinstance(self.guide, CustomGuide):
             return None
+        be = self.setup.backend
         params = self.param_layout.unpack(be.asarray(initial))
         return prefetch.record_normal_shapes(be, self.loss, params, self._key, x0)
 
-    def _compile(self, step_fn, x0):
+    def _compile(self, step_fn, normal_shapes):
         """The compiled chunk runner.
 
         On JAX (a pure step, compiled loop): the guide's standard normals are drawn for the
@@ -191,30 +192,27 @@ class VIRun:
         be = self.setup.backend
         full_check = lambda out: out[1]  # noqa: E731
         self.max_chunk = MAX_CHUNK
-        self._recovery = self._recovery_runner = None
+        self._recovery = None
         if getattr(be, "array_family", "") != "jax":
             return be.compile_loop(step_fn, check=full_check)
         prologue, step = None, step_fn
-        if be.prefetch_normals:
-            shapes = prefetch.record_normal_shapes(be, step_fn, self.state, self._key, x0)
-            if shapes:
-                self.max_chunk = min(MAX_CHUNK, prefetch.chunk_limit(shapes))
-                prologue, step = prefetch.prefetching_loop(be, step_fn, shapes)
+        if be.prefetch_normals and normal_shapes:
+            self.max_chunk = min(MAX_CHUNK, prefetch.chunk_limit(normal_shapes))
+            prologue, step = prefetch.prefetching_loop(be, step_fn, normal_shapes)
 
         def loss_only(carry, key, x):
             carry, (loss, _) = step(carry, key, x)
             return carry, (loss,)
 
         staged = dict(prologue=prologue, stage_inputs=True)
-        self._recovery = lambda: be.compile_loop(step, check=full_check, **staged)
+        # compiled on the first failure only
+        self._recovery = functools.cache(lambda: be.compile_loop(step, check=full_check, **staged))
         finite_loss = lambda out: be.math.isfinite(out[0])  # noqa: E731
         return be.compile_loop(loss_only, check=finite_loss, freeze=False, **staged)
 
     def _recover(self, state, key, xs, n: int):
         """Re-run a failed chunk with the frozen, fully checked runner; return its result."""
-        if self._recovery_runner is None:  # compiled on the first failure only
-            self._recovery_runner = self._recovery()
-        return self._recovery_runner(state, key, xs, n)
+        return self._recovery()(state, key, xs, n)
 
     def steps(self, num_steps: int, progress: bool = False):
         """Run ``num_steps`` steps in compiled chunks; stop at the first non-finite loss.
