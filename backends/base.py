@@ -66,6 +66,9 @@ class Backend:
     #: Whether compiled loops should pre-draw a chunk's standard normals in bulk
     #: (:mod:`ppl_bdl.prefetch`); with it the backend also provides ``eval_shape(fn, *args)``.
     prefetch_normals: ClassVar[bool] = False
+    #: Whether a compiled call returns before its work is done (results are futures): drivers
+    #: then queue the next chunk before reading one (:mod:`ppl_bdl.inference.chunks`).
+    asynchronous_calls: ClassVar[bool] = False
 
     def __init__(self, precision: str = "float32"):
         self.precision = precision

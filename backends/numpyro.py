@@ -150,6 +150,8 @@ class NumPyroBackend(Backend):
     array_family = "jax"
     #: A compiled loop draws its standard normals for a whole chunk at once (:mod:`ppl_bdl.prefetch`).
     prefetch_normals = True
+    #: Compiled calls are dispatched asynchronously; their results are futures.
+    asynchronous_calls = True
 
     def __init__(self, precision: str = "float32"):
         super().__init__(precision)

@@ -51,24 +51,28 @@ def make_data(n: int, seed: int = 0):
     return X, y
 
 
-#: Each timing is the best of this many runs (the machine may be shared; the minimum is the
+#: Each timing is the best of this many rounds (the machine may be shared; the minimum is the
 #: least disturbed measurement).
 REPEATS = 5
 
 
-def best_of(run, steps: int) -> float:
-    """ms per step of ``run()`` (which runs ``steps`` steps and blocks), best of REPEATS."""
-    run()  # compile / warm up
-    best = float("inf")
-    for _ in range(REPEATS):
-        start = time.perf_counter()
+def interleaved(runs: dict, steps: int) -> dict:
+    """ms per step of each ``run()`` (which runs ``steps`` steps and blocks): every variant is
+    warmed up (compiled) first, then they are timed in alternating rounds, best of REPEATS, so a
+    slow spell of the machine slows them alike instead of one of them."""
+    for run in runs.values():
         run()
-        best = min(best, time.perf_counter() - start)
-    return 1e3 * best / steps
+    best = {name: float("inf") for name in runs}
+    for _ in range(REPEATS):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: 1e3 * t / steps for name, t in best.items()}
 
 
-def time_ours(backend: str, method: str, n: int, steps: int, **options) -> float:
-    """ms/step of our kernel in the driver's compiled loop (one chain, minibatch B)."""
+def make_ours(backend: str, method: str, n: int, steps: int, **options) -> float:
+    """A run of ``steps`` steps of our kernel through the SG-MCMC driver (one chain, B)."""
     X, y = make_data(n)
     setup = prepare(bnn(X, y), backend, "float32", 0)
     entry = bdl.kernels.get(method)
@@ -92,11 +96,11 @@ def time_ours(backend: str, method: str, n: int, steps: int, **options) -> float
         failure = driver.run([0], init, 1, [], [])
         assert failure is None, failure
 
-    return best_of(run, steps)
+    return run
 
 
 # -- (a) hand-written SGD steps -------------------------------------------------------------------
-def time_sgd_jax(n: int, steps: int) -> float:
+def make_sgd_jax(n: int, steps: int) -> float:
     step = STEP_TIMES_N / n
     import jax
     import jax.numpy as jnp
@@ -124,10 +128,10 @@ def time_sgd_jax(n: int, steps: int) -> float:
         return jax.lax.scan(body, p, idxs)[0]
 
     idxs = jnp.asarray(rng.integers(0, n, size=(steps, B)), jnp.int32)
-    return best_of(lambda: jax.block_until_ready(run(params, idxs)), steps)
+    return lambda: jax.block_until_ready(run(params, idxs))
 
 
-def time_sgd_torch(n: int, steps: int) -> float:
+def make_sgd_torch(n: int, steps: int) -> float:
     step = STEP_TIMES_N / n
     import torch
 
@@ -152,11 +156,11 @@ def time_sgd_torch(n: int, steps: int) -> float:
                 for p, gr in zip(params, grads, strict=True):
                     p.sub_(step * gr)
 
-    return best_of(run, steps)
+    return run
 
 
 # -- (c) the anchors ----------------------------------------------------------------------------
-def time_blackjax(n: int, steps: int) -> float:
+def make_blackjax(n: int, steps: int) -> float:
     step = STEP_TIMES_N / n
     import blackjax
     import jax
@@ -192,10 +196,10 @@ def time_blackjax(n: int, steps: int) -> float:
 
     idxs = jnp.asarray(rng.integers(0, n, size=(steps, B)), jnp.int32)
     key = jax.random.PRNGKey(0)
-    return best_of(lambda: jax.block_until_ready(run(params, key, idxs)), steps)
+    return lambda: jax.block_until_ready(run(params, key, idxs))
 
 
-def time_posteriors(n: int, steps: int) -> float:
+def make_posteriors(n: int, steps: int) -> float:
     step = STEP_TIMES_N / n
     import posteriors
     import torch
@@ -227,7 +231,7 @@ def time_posteriors(n: int, steps: int) -> float:
             state, _ = transform.update(state, (X[idx], y[idx]), inplace=True)
         return state
 
-    return best_of(run, steps)
+    return run
 
 
 def main() -> None:
@@ -245,22 +249,24 @@ def main() -> None:
             # Small per-step kernels: one intra-op thread is fastest (and stable on a shared box)
             # for every contender alike.
             torch.set_num_threads(1)
-        floor = (
-            time_sgd_jax(10_000, steps) if backend == "numpyro" else time_sgd_torch(10_000, steps)
-        )
+        floor = make_sgd_jax if backend == "numpyro" else make_sgd_torch
         anchor_name = "blackjax sgld" if backend == "numpyro" else "posteriors sgld"
-        anchor = (
-            time_blackjax(10_000, steps) if backend == "numpyro" else time_posteriors(10_000, steps)
-        )
-        ours = {m: time_ours(backend, m, 10_000, steps) for m in ("sgld", "sghmc")}
-        big = {n: time_ours(backend, "sgld", n, steps) for n in (100_000, 1_000_000)}
-        # The floor at N = 1e6 too: its minibatch gathers miss the cache as ours do, so the
-        # memory hierarchy, not O(N) work, sets what "within 1.2x" can mean on this machine.
-        big_floor = (
-            time_sgd_jax(1_000_000, steps)
-            if backend == "numpyro"
-            else time_sgd_torch(1_000_000, steps)
-        )
+        anchor = make_blackjax if backend == "numpyro" else make_posteriors
+        runs = {
+            "floor": floor(10_000, steps),
+            "anchor": anchor(10_000, steps),
+            "sgld": make_ours(backend, "sgld", 10_000, steps),
+            "sghmc": make_ours(backend, "sghmc", 10_000, steps),
+            # The floor at N = 1e6 too: its minibatch gathers miss the cache as ours do, so the
+            # memory hierarchy, not O(N) work, sets what "within 1.2x" can mean on this machine.
+            "floor 1e6": floor(1_000_000, steps),
+            "sgld 1e5": make_ours(backend, "sgld", 100_000, steps),
+            "sgld 1e6": make_ours(backend, "sgld", 1_000_000, steps),
+        }
+        times = interleaved(runs, steps)
+        floor, anchor, big_floor = times["floor"], times["anchor"], times["floor 1e6"]
+        ours = {m: times[m] for m in ("sgld", "sghmc")}
+        big = {100_000: times["sgld 1e5"], 1_000_000: times["sgld 1e6"]}
         print(f"\n== {backend} (8-50-1 tanh BNN, B={B}, {steps} steps) ==")
         print(f"(a) hand-written SGD, N=1e4     {floor:8.4f} ms/step")
         print(f"(b) ours sgld, N=1e4            {ours['sgld']:8.4f} ms/step")

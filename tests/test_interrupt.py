@@ -7,6 +7,7 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
+from ppl_bdl.backends.base import LoopResult
 
 
 @bdl.model
@@ -16,10 +17,16 @@ def mean_model(y):
         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
 
 
-def _interrupt_second_chunk(monkeypatch, backend_name):
-    """Make the backend's compiled loops raise KeyboardInterrupt on their second call."""
+def _interrupt_second_chunk(monkeypatch, backend_name, when="read"):
+    """Make the backend's compiled loops raise KeyboardInterrupt at their second chunk: when the
+    driver reads its result (``when="read"``: where Ctrl-C lands while a chunk runs, on every
+    backend) or when the chunk is called (``"call"``: on JAX that is while the chunk before it
+    is still running, queued ahead of it)."""
     be = bdl.backends.get(backend_name)
     original = type(be).compile_loop
+
+    def interrupt():
+        raise KeyboardInterrupt
 
     def compile_loop(self, step, *args, **options):
         runner = original(self, step, *args, **options)
@@ -27,9 +34,12 @@ def _interrupt_second_chunk(monkeypatch, backend_name):
 
         def interrupted(*args, **kwargs):
             calls["n"] += 1
-            if calls["n"] == 2:
+            if calls["n"] == 2 and when == "call":
                 raise KeyboardInterrupt
-            return runner(*args, **kwargs)
+            result = runner(*args, **kwargs)
+            if calls["n"] == 2:
+                return LoopResult(result.carry, result.outputs, interrupt)
+            return result
 
         return interrupted
 
@@ -55,3 +65,33 @@ def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
     partial = info.value.partial
     assert partial.losses.shape == (200,)
     assert partial.samples["mu"].shape == (1, 10)
+
+
+def test_interrupt_while_a_chunk_is_queued_ahead_drops_the_unread_chunks():
+    """On JAX the next chunk is queued before the running one is read; Ctrl-C then stops at
+    once, and the chunks not read yet are dropped (the run keeps what it had read)."""
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _interrupt_second_chunk(monkeypatch, "numpyro", when="call")
+        with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
+            bdl.fit(mean_model(y), backend="numpyro", method="sgld", step_size=1e-3,
+                    num_warmup=20, num_samples=100, num_chains=1, chunk_size=40,
+                    progress=False)  # fmt: skip
+        assert info.value.partial is None
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _interrupt_second_chunk(monkeypatch, "numpyro", when="call")
+        with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
+            bdl.fit(mean_model(y), backend="numpyro", method="vi", num_steps=1000, lr=0.05,
+                    chunk_size=200, num_samples=10, progress=False)  # fmt: skip
+        assert info.value.partial.losses.shape == (0,)
+
+
+def test_interrupt_during_a_synchronous_call_keeps_the_chunks_before():
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _interrupt_second_chunk(monkeypatch, "pyro", when="call")
+        with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
+            bdl.fit(mean_model(y), backend="pyro", method="sgld", step_size=1e-3,
+                    num_warmup=20, num_samples=100, num_chains=1, chunk_size=40,
+                    progress=False)  # fmt: skip
+        assert info.value.partial.samples["mu"].shape == (1, 20)

@@ -26,3 +26,16 @@ def test_small_n_drops_the_short_tail_of_each_epoch():
     block = batches.next_block(4)  # two batches per epoch (the 2 left over are dropped)
     assert block.shape == (4, 4)
     assert np.unique(block[:2]).size == 8 and np.unique(block[2:]).size == 8
+
+
+def test_no_epoch_beyond_the_run_is_shuffled_ahead():
+    size, batch = BACKGROUND_N, 1000  # 100 batches per epoch
+    batches = EpochBatches(size, batch, 3, num_batches=150)
+    assert batches._next is not None  # the run reaches the second epoch: shuffled ahead
+    blocks = [batches.next_block(100), batches.next_block(50)]
+    assert batches._next is None  # the run ends inside the second epoch: nothing ahead of it
+    # a run that asks for more than it said still gets the same sequence (shuffled in line)
+    blocks.append(batches.next_block(100))
+    rng = np.random.default_rng(3)
+    inline = np.concatenate([rng.permutation(size) for _ in range(3)]).reshape(-1, batch)
+    np.testing.assert_array_equal(np.concatenate(blocks), inline[:250])

@@ -50,7 +50,8 @@ class EpochBatches:
     """Minibatch indices: reshuffle once per epoch and slice consecutive blocks of ``batch_size``.
 
     The tail of an epoch shorter than a batch is dropped, so every batch has the same size (one
-    compiled step shape) and every point is seen at most once per epoch.
+    compiled step shape) and every point is seen at most once per epoch. ``num_batches``, when
+    known, is how many batches the run will draw: no epoch beyond them is shuffled ahead.
 
     Example
     -------
@@ -60,22 +61,30 @@ class EpochBatches:
     (5, 4)
     """
 
-    def __init__(self, size: int, batch_size: int, seed: int):
+    def __init__(self, size: int, batch_size: int, seed, num_batches: int | None = None):
         self.size = size
         self.batch_size = batch_size
         self.per_epoch = size // batch_size
+        self.num_batches = num_batches
         self._dtype = np.int32 if size < 2**31 else np.int64
         self._rng = np.random.default_rng(seed)
-        self._perm = self._shuffle()
-        self._position = 0
-        # For large N the next epoch's shuffle is made on a worker thread (NumPy releases the
-        # GIL while shuffling) while this epoch's batches are used; the same generator draws
-        # the same permutations in the same order either way.
-        self._next = _SHUFFLER.submit(self._shuffle) if size >= BACKGROUND_N else None
+        self._drawn = 0  # batches handed out so far
+        self._next = None
+        self._start_epoch(self._shuffle())
 
     def _shuffle(self) -> np.ndarray:
-        # int32 indices when they fit: half the memory traffic of int64, and what the backends use.
-        return self._rng.permutation(np.arange(self.size, dtype=self._dtype))
+        # NumPy shuffles int64 faster than int32 (the same permutation); int32 indices when they
+        # fit: half the memory traffic, and what the backends use.
+        return self._rng.permutation(self.size).astype(self._dtype, copy=False)
+
+    def _start_epoch(self, perm: np.ndarray) -> None:
+        self._perm, self._position = perm, 0
+        # For large N the next epoch's shuffle is made on a worker thread (NumPy releases the
+        # GIL while shuffling) while this epoch's batches are used, if the run gets there; the
+        # same generator draws the same permutations in the same order either way.
+        reaches_next = self.num_batches is None or self._drawn + self.per_epoch < self.num_batches
+        if self.size >= BACKGROUND_N and reaches_next:
+            self._next = _SHUFFLER.submit(self._shuffle)
 
     def next_block(self, num_steps: int) -> np.ndarray:
         """Indices for the next ``num_steps`` steps, shaped (num_steps, batch_size)."""
@@ -83,15 +92,12 @@ class EpochBatches:
         done, b = 0, self.batch_size
         while done < num_steps:  # whole runs of one epoch at a time (same indices as step by step)
             if self._position == self.per_epoch:
-                if self._next is None:
-                    self._perm = self._shuffle()
-                else:
-                    self._perm = self._next.result()
-                    self._next = _SHUFFLER.submit(self._shuffle)
-                self._position = 0
+                upcoming, self._next = self._next, None
+                self._start_epoch(self._shuffle() if upcoming is None else upcoming.result())
             take = min(num_steps - done, self.per_epoch - self._position)
             start = self._position * b
             out[done : done + take] = self._perm[start : start + take * b].reshape(take, b)
             self._position += take
+            self._drawn += take
             done += take
         return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from .. import prefetch
 from ..errors import ConfigError, InferenceError
 from ..layout import make_potential, make_site_potential
 from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
+from .chunks import chunks_ahead, run_ahead
 from .common import Setup, build_posterior, initial_positions
 from .minibatch import EpochBatches, minibatch_plate
 
@@ -357,35 +358,39 @@ class _Driver:
             if self.schedule is not None:
                 carry["t"] = be.asarray(np.asarray(0), dtype="int")
         self._chain_keys = keys
+        total = len(self.keep)
+        # JAX: one compiled shape, the last chunk padded; torch: no wasted steps.
+        drawn = -(-total // self.chunk) * self.chunk if self.vectorised else total
         batches = [
-            EpochBatches(self.plate[1], self.batch_size, [seed, c, 7]) if self.plate else None
+            EpochBatches(self.plate[1], self.batch_size, [seed, c, 7], num_batches=drawn)
+            if self.plate
+            else None
             for c in group
         ]
         kept_pos, kept_info = [], []
-        total = len(self.keep)
         failure = None
-        # JAX: one compiled shape, the last chunk padded; torch: no wasted steps.
         length = (lambda start: self.chunk) if self.vectorised else (
             lambda start: min(self.chunk, total - start))  # fmt: skip
-        with be.precision_scope():
-            xs_next = self._inputs(0, length(0), batches)
-        for start in range(0, total, self.chunk):
-            n, xs = length(start), xs_next
-            every = self._emit_every(start, n)
+
+        def dispatch(start: int, previous: _Chunk | None) -> _Chunk:
+            n, every = length(start), self._emit_every(start, length(start))
+            with be.precision_scope():
+                xs = self._inputs(start, n, batches)
+            chunk_carry = carry if previous is None else previous.result.carry
+            # the loop's own keys go unused (the per-step keys are in xs)
+            return _Chunk(start, n, every, self._runner(every)(chunk_carry, loop_key, xs, n))
+
+        # Each chunk is queued before the previous one is read (see ppl_bdl.inference.chunks).
+        queued = run_ahead(dispatch, range(0, total, self.chunk), chunks_ahead(be))
+        start = 0
+        while start < total:
             try:
-                result = self._runner(every)(carry, loop_key, xs, n)  # its own keys go unused
-                # The next chunk's inputs are made while this one runs (on JAX it runs
-                # asynchronously until its results are read).
-                if start + self.chunk < total:
-                    with be.precision_scope():
-                        xs_next = self._inputs(
-                            start + self.chunk, length(start + self.chunk), batches
-                        )
-                stopped_at = result.stopped_at
+                chunk = next(queued)
+                stopped_at = chunk.result.stopped_at
             except KeyboardInterrupt:  # keep the draws of the chunks that finished
                 failure = (start, group, float(self.step_sizes[start]), "interrupted")
                 break
-            carry = result.carry
+            n, every, result = chunk.n, chunk.every, chunk.result
             stop = min(n, total - start)
             if stopped_at is not None:
                 stop = min(stop, stopped_at)
@@ -401,12 +406,15 @@ class _Driver:
             )
             if stopped_at is not None and start + stopped_at < total:
                 step = start + stopped_at
-                failure = (step, self._failed_chains(group, carry, outs, stopped_at),
+                failure = (step, self._failed_chains(group, result.carry, outs, stopped_at),
                            float(self.step_sizes[step]), "nonfinite")  # fmt: skip
                 break
+            start += self.chunk
             if self.progress:
-                done = min(start + self.chunk, total)
-                print(f"{self.name} chains {group}: {done}/{total} steps", file=sys.stderr)
+                print(
+                    f"{self.name} chains {group}: {min(start, total)}/{total} steps",
+                    file=sys.stderr,
+                )
         if not kept_pos:  # interrupted in the first chunk: nothing kept for this group
             return failure
         positions = np.concatenate(kept_pos)
@@ -467,6 +475,15 @@ class _Driver:
             idx = np.stack([b.next_block(n) for b in batches], axis=1)  # (steps, chains, B)
             xs["idx"] = be.asarray(idx if self.vectorised else idx[:, 0])
         return xs
+
+
+class _Chunk(NamedTuple):
+    """A dispatched chunk: its first step, length, output spacing and (future) result."""
+
+    start: int
+    n: int
+    every: int
+    result: Any
 
 
 def _leading(array) -> int:

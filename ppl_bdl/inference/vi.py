@@ -32,7 +32,7 @@ import functools
 import inspect
 import math as _pymath
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from ..guides.custom import CustomGuide, bind_guide
 from ..layout import make_potential
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
 from ..optim import OptimizerConfig
+from .chunks import chunks_ahead, run_ahead
 from .common import Setup, build_posterior, initial_positions
 from .minibatch import EpochBatches, minibatch_plate
 
@@ -165,7 +166,9 @@ class VIRun:
             )
             self.state = init_fn(self.param_layout.pack(initial))
             self._runner = self._compile(step_fn, normal_shapes)
-        self._batches = EpochBatches(minibatch[1], batch_size, seed) if minibatch else None
+        self._batches = None
+        if minibatch:
+            self._batches = EpochBatches(minibatch[1], batch_size, seed, num_batches=num_steps)
 
     def _recorded_draws(self, initial: np.ndarray, x0):
         """The standard-normal draws one loss evaluation makes (:mod:`ppl_bdl.prefetch`): JAX
@@ -224,21 +227,28 @@ class VIRun:
         be = self.setup.backend
         chunk = _chunk_size(self.chunk_size, num_steps, progress, self.max_chunk)
         losses: list[np.ndarray] = []
-        done = 0
         bar = _progress_bar(num_steps) if progress else None
         scope = be.vi_support().run_scope(self.guide.param_layout.size)
+
+        def dispatch(start: int, previous: _Chunk | None) -> _Chunk:
+            n = min(chunk, num_steps - start)
+            xs = None
+            if self._batches is not None:
+                xs = be.asarray(self._batches.next_block(n), dtype="int")
+            self._key, key = be.random.split(self._key)
+            state = self.state if previous is None else previous.result.carry
+            return _Chunk(n, state, key, xs, self._runner(state, key, xs, n))
+
+        done = 0
         try:
             with be.precision_scope(), be.activate(), scope:
+                # Each chunk is queued before the previous one is read (ppl_bdl.inference.chunks).
+                queued = run_ahead(dispatch, range(0, num_steps, chunk), chunks_ahead(be))
                 while done < num_steps:
-                    n = min(chunk, num_steps - done)
-                    xs = None
-                    if self._batches is not None:
-                        xs = be.asarray(self._batches.next_block(n), dtype="int")
-                    self._key, sub = be.random.split(self._key)
                     try:
-                        result = self._runner(self.state, sub, xs, n)
+                        n, state, key, xs, result = next(queued)
                         if result.stopped_at is not None and self._recovery is not None:
-                            result = self._recover(self.state, sub, xs, n)
+                            result = self._recover(state, key, xs, n)
                     except KeyboardInterrupt:  # keep the parameters of the chunks that finished
                         so_far = np.concatenate(losses) if losses else np.zeros(0)
                         return so_far, (done, None, "interrupted")
@@ -274,6 +284,16 @@ class VIRun:
         params = self.param_layout.unpack(be.asarray(self._params_of(self.state)))
         with be.precision_scope(), be.activate():
             return self.model_params.constrained(params, be.math)
+
+
+class _Chunk(NamedTuple):
+    """A dispatched chunk: its length, the state and inputs it started from, its result."""
+
+    n: int
+    state: Any
+    key: Any
+    xs: Any
+    result: Any
 
 
 def guide_init(setup: Setup, init_loc: Any, seed: int) -> GuideInit:
