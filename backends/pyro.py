@@ -346,21 +346,25 @@ class PyroBackend(Backend):
         return fn(*args)
 
     def compile_loop(
-        self, step, check=None, prologue=None, freeze=True, emit_every=1, stage_inputs=False
-    ):
+        self, step, check=None, prologue=None, freeze=True, emit_every=1, stage_inputs=False,
+        partial=False,
+    ):  # fmt: skip
         """A Python loop of ``step(carry, key, x) -> (carry, out)``, stopping at the first failed
         ``check(out)`` with the carry from before that step (``freeze`` changes nothing here:
         the loop stops there). ``prologue(carry, None, xs) -> xs`` runs once per chunk before it
         (torch steps share one generator, so there are no per-step keys). ``emit_every=L``
-        keeps the outputs of steps L-1, 2L-1, ... only. ``stage_inputs`` changes nothing here."""
+        keeps the outputs of steps L-1, 2L-1, ... only. ``stage_inputs`` changes nothing here.
+        With ``partial``, ``runner(..., active=k)`` runs the first k steps only."""
 
-        def runner(carry, key, xs, num_steps: int) -> LoopResult:
+        def runner(carry, key, xs, num_steps: int, active: int | None = None) -> LoopResult:
+            if active is not None and not partial:
+                raise ValueError("active= needs a loop compiled with partial=True")
             if prologue is not None:
                 xs = prologue(carry, None, xs)
             outs = []
             stopped = None
             with torch.no_grad():
-                for i in range(num_steps):
+                for i in range(num_steps if active is None else active):
                     x = None if xs is None else _index_tree(xs, i)
                     new, out = step(carry, key, x)
                     if (i + 1) % emit_every == 0:

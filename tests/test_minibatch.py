@@ -34,8 +34,10 @@ def test_no_epoch_beyond_the_run_is_shuffled_ahead():
     assert batches._next is not None  # the run reaches the second epoch: shuffled ahead
     blocks = [batches.next_block(100), batches.next_block(50)]
     assert batches._next is None  # the run ends inside the second epoch: nothing ahead of it
-    # a run that asks for more than it said still gets the same sequence (shuffled in line)
+    # a run that asks for more than it said still gets the same sequence, and once past its
+    # plan the next epoch is shuffled ahead again
     blocks.append(batches.next_block(100))
+    assert batches._next is not None
     rng = np.random.default_rng(3)
     inline = np.concatenate([rng.permutation(size) for _ in range(3)]).reshape(-1, batch)
     np.testing.assert_array_equal(np.concatenate(blocks), inline[:250])

@@ -51,7 +51,8 @@ class EpochBatches:
 
     The tail of an epoch shorter than a batch is dropped, so every batch has the same size (one
     compiled step shape) and every point is seen at most once per epoch. ``num_batches``, when
-    known, is how many batches the run will draw: no epoch beyond them is shuffled ahead.
+    known, is how many batches the run plans to draw: no epoch beyond them is shuffled ahead
+    (unless the run goes on past them).
 
     Example
     -------
@@ -82,7 +83,12 @@ class EpochBatches:
         # For large N the next epoch's shuffle is made on a worker thread (NumPy releases the
         # GIL while shuffling) while this epoch's batches are used, if the run gets there; the
         # same generator draws the same permutations in the same order either way.
-        reaches_next = self.num_batches is None or self._drawn + self.per_epoch < self.num_batches
+        planned = self.num_batches
+        reaches_next = (
+            planned is None
+            or self._drawn + self.per_epoch < planned
+            or self._drawn >= planned  # past the plan already: it may well go on
+        )
         if self.size >= BACKGROUND_N and reaches_next:
             self._next = _SHUFFLER.submit(self._shuffle)
 
