@@ -53,7 +53,7 @@ def make_data(n: int, seed: int = 0):
 
 #: Each timing is the best of this many rounds (the machine may be shared; the minimum is the
 #: least disturbed measurement).
-REPEATS = 5
+REPEATS = 8
 
 
 def interleaved(runs: dict, steps: int) -> dict:
