@@ -225,6 +225,7 @@ class _Driver:
         #: Kept draws are every ``thinning``-th step (see _emit_every).
         self.thinning = thinning
         self.traced_grad = None
+        self._key_makers: dict = {}
         self.site_potential = None
         self.layout = None
 
@@ -445,6 +446,23 @@ class _Driver:
             )
         return self.runners[every]
 
+    def _chunk_keys(self, n: int):
+        """A compiled ``chain keys -> (next chain keys, per-step keys (n, chains, key))``: one
+        call per chunk instead of a few small eager ones per chain."""
+        if n not in self._key_makers:
+            be = self.be
+
+            def per_chain(key):
+                key, chunk_key = be.random.split(key)
+                return key, be.random.keys(chunk_key, n)
+
+            def chunk_keys(chain_keys):
+                nxt, steps = be.vmap(per_chain)(chain_keys)
+                return nxt, be.math.transpose(steps, (1, 0, 2))
+
+            self._key_makers[n] = be.jit(chunk_keys)
+        return self._key_makers[n]
+
     def _failed_chains(self, group: list[int], carry, outs: dict, stopped_at: int) -> list[int]:
         """The chains of ``group`` that reached NaN/inf (the first one when it cannot be told)."""
         if self.vectorised:  # the carry is not frozen: a failed chain's position stays non-finite
@@ -463,14 +481,7 @@ class _Driver:
         if self.vectorised:
             # Per-step keys of every chain for the whole chunk, split in bulk outside the loop
             # (cheaper than splitting inside it); each chain's stream depends only on its seed.
-            per_chain = []
-            nxt = []
-            for key in self._chain_keys:
-                key, chunk_key = be.random.split(key)
-                nxt.append(key)
-                per_chain.append(be.random.keys(chunk_key, n))
-            self._chain_keys = be.math.stack(nxt)
-            xs["keys"] = be.math.stack(per_chain, axis=1)  # (steps, chains, key)
+            self._chain_keys, xs["keys"] = self._chunk_keys(n)(self._chain_keys)
         if batches[0] is not None:
             idx = np.stack([b.next_block(n) for b in batches], axis=1)  # (steps, chains, B)
             xs["idx"] = be.asarray(idx if self.vectorised else idx[:, 0])
