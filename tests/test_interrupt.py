@@ -46,52 +46,52 @@ def _interrupt_second_chunk(monkeypatch, backend_name, when="read"):
     monkeypatch.setattr(type(be), "compile_loop", compile_loop)
 
 
+Y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
+
+
+def _fit_sgld(backend):
+    """SG-MCMC in chunks of 40 steps: 20 warmup, then a draw per step."""
+    return bdl.fit(mean_model(Y), backend=backend, method="sgld", step_size=1e-3, num_warmup=20,
+                   num_samples=100, num_chains=1, chunk_size=40, progress=False)  # fmt: skip
+
+
+def _fit_vi(backend):
+    """VI in chunks of 200 steps."""
+    return bdl.fit(mean_model(Y), backend=backend, method="vi", num_steps=1000, lr=0.05,
+                   chunk_size=200, num_samples=10, progress=False)  # fmt: skip
+
+
 def test_sgmcmc_interrupted_keeps_draws(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
-    y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
     with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
-        bdl.fit(mean_model(y), backend=backend, method="sgld", step_size=1e-3, num_warmup=20,
-                num_samples=100, num_chains=1, chunk_size=40, progress=False)  # fmt: skip
+        _fit_sgld(backend)
     partial = info.value.partial
     assert partial.samples["mu"].shape == (1, 20)  # steps 20..39 of the first chunk were kept
 
 
 def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
-    y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
     with pytest.raises(bdl.InferenceError, match="interrupted at step 200") as info:
-        bdl.fit(mean_model(y), backend=backend, method="vi", num_steps=1000, lr=0.05,
-                chunk_size=200, num_samples=10, progress=False)  # fmt: skip
+        _fit_vi(backend)
     partial = info.value.partial
     assert partial.losses.shape == (200,)
     assert partial.samples["mu"].shape == (1, 10)
 
 
-def test_interrupt_while_a_chunk_is_queued_ahead_drops_the_unread_chunks():
+def test_interrupt_while_a_chunk_is_queued_ahead_drops_the_unread_chunks(monkeypatch):
     """On JAX the next chunk is queued before the running one is read; Ctrl-C then stops at
     once, and the chunks not read yet are dropped (the run keeps what it had read)."""
-    y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _interrupt_second_chunk(monkeypatch, "numpyro", when="call")
-        with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
-            bdl.fit(mean_model(y), backend="numpyro", method="sgld", step_size=1e-3,
-                    num_warmup=20, num_samples=100, num_chains=1, chunk_size=40,
-                    progress=False)  # fmt: skip
-        assert info.value.partial is None
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _interrupt_second_chunk(monkeypatch, "numpyro", when="call")
-        with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
-            bdl.fit(mean_model(y), backend="numpyro", method="vi", num_steps=1000, lr=0.05,
-                    chunk_size=200, num_samples=10, progress=False)  # fmt: skip
-        assert info.value.partial.losses.shape == (0,)
+    _interrupt_second_chunk(monkeypatch, "numpyro", when="call")
+    with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
+        _fit_sgld("numpyro")
+    assert info.value.partial is None
+    with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
+        _fit_vi("numpyro")
+    assert info.value.partial.losses.shape == (0,)
 
 
-def test_interrupt_during_a_synchronous_call_keeps_the_chunks_before():
-    y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _interrupt_second_chunk(monkeypatch, "pyro", when="call")
-        with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
-            bdl.fit(mean_model(y), backend="pyro", method="sgld", step_size=1e-3,
-                    num_warmup=20, num_samples=100, num_chains=1, chunk_size=40,
-                    progress=False)  # fmt: skip
-        assert info.value.partial.samples["mu"].shape == (1, 20)
+def test_interrupt_during_a_synchronous_call_keeps_the_chunks_before(monkeypatch):
+    _interrupt_second_chunk(monkeypatch, "pyro", when="call")
+    with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
+        _fit_sgld("pyro")
+    assert info.value.partial.samples["mu"].shape == (1, 20)
