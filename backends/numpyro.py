@@ -288,7 +288,7 @@ class NumPyroBackend(Backend):
             return block
 
         def run(carry, key, xs, active, num_steps):
-            step_body = functools.partial(body, active=active if partial else None)
+            step_body = functools.partial(body, active=active)  # None: every step applies
             keys = jax.random.split(key, num_steps)
             if prologue is not None:
                 xs = prologue(carry, keys, xs)
@@ -324,7 +324,8 @@ class NumPyroBackend(Backend):
                 raise ValueError(f"{num_steps} steps are not a multiple of emit_every={emit_every}")
             if active is not None and not partial:
                 raise ValueError("active= needs a loop compiled with partial=True")
-            active = jnp.asarray(num_steps if active is None else active, jnp.int32)
+            if partial:  # a traced count: one compiled program for every chunk length
+                active = jnp.asarray(num_steps if active is None else active, jnp.int32)
             with self.precision_scope():
                 carry, outs, failed = run(carry, key, xs, active, num_steps=num_steps)
 
