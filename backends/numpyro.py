@@ -338,6 +338,14 @@ class NumPyroBackend(Backend):
         runner.jitted = run
         return runner
 
+    def split_index_work(self, fn, state, idx):
+        """``fn(state, idx)`` split into its index-only part and the rest, or None (see
+        :mod:`ppl_bdl.backends._jax_index_work`)."""
+        from ._jax_index_work import split_index_work
+
+        with self.precision_scope():
+            return split_index_work(fn, state, idx)
+
     # -- native NUTS / HMC ---------------------------------------------------------------------
     def run_native_mcmc(self, potential, init: np.ndarray, settings: NativeSettings, seed: int):
         """Run NumPyro's NUTS/HMC on ``potential`` (flat unconstrained vector -> scalar).

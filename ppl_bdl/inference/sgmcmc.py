@@ -37,6 +37,11 @@ DRIVER_SUPPLIED = ("num_steps", "num_cycles")
 #: Floats of positions (and pre-drawn normals) per chain-step of a compiled chunk: bounds its memory.
 CHUNK_FLOATS = 16_000_000
 MAX_CHUNK = 1000
+#: Data (bytes) from which a chunk's minibatch rows are gathered in bulk before its loop: about a
+#: core's L2 cache. Below it the rows are in cache and gathering them in the step is cheaper
+#: (4% on the benchmark's BNN at 0.4 MB); above it the step's own gathers wait on memory (at
+#: 3.6 MB bulk gathers make the step 10% faster, at 36 MB 22%).
+GATHER_IN_BULK_BYTES = 1_000_000
 
 
 def chain_seed(seed: int, chain: int) -> int:
@@ -228,6 +233,8 @@ class _Driver:
         self._key_makers: dict = {}
         self.site_potential = None
         self.layout = None
+        #: On JAX, the minibatch's index-only work (its gathers) done per chunk before the loop.
+        self.index_work = None
 
     def use_site_gradient(self, setup: Setup) -> None:
         """On JAX, differentiate the potential per latent site (same value, a faster backward)."""
@@ -251,8 +258,20 @@ class _Driver:
 
     # -- the compiled step ------------------------------------------------------------------------
     def _grad_fn(self, idx):
+        """The minibatch gradient of the flat position, for ``idx`` the step's indices (or,
+        with :attr:`index_work`, the rows gathered for them before the loop)."""
         if self.traced_grad is not None:
             return lambda flat: self.traced_grad(flat, idx)
+        if self.index_work is not None:
+            be, layout, rest = self.be, self.layout, self.index_work.rest
+
+            def from_rows(flat):
+                parts = rest(layout.unflatten(flat), idx)
+                return be.math.concatenate(
+                    [be.math.reshape(parts[s.name], (-1,)) for s in layout.slots]
+                )
+
+            return from_rows
         batch = None if idx is None else {self.plate[0]: idx}
         if self.site_potential is not None:
             # Differentiate per site and concatenate: the backward pass of slicing one flat
@@ -270,7 +289,7 @@ class _Driver:
         potential = self.potential
         return self.be.grad(lambda flat: potential(flat, batch))
 
-    def _prepare_loops(self, state, key, idx) -> None:
+    def _prepare_loops(self, state, key, idx, chains: int = 1) -> None:
         """Get ready to compile chunk runners (:meth:`_runner`, one per output spacing). Where
         the backend pays per draw inside a loop, the kernel's standard normals are recorded from
         one chain's step, to be drawn for the whole chunk before the loop (:mod:`ppl_bdl.prefetch`)."""
@@ -281,12 +300,38 @@ class _Driver:
                 self.normal_shapes = prefetch.record_normal_shapes(
                     be, lambda s, k, i: self._chain_step(s, k, i, step_size), state, key, idx
                 )
+        self.index_work = self._split_index_work(state, idx, chains)
         self.runners = {}
 
+    def _split_index_work(self, state, idx, chains: int):
+        """On JAX, the minibatch gradient split into its index-only part (the gathers of the
+        batch's rows), run for the whole chunk in the prologue, and the rest, run per step (see
+        :mod:`ppl_bdl.backends._jax_index_work`). None where it does not apply or would not fit."""
+        split = getattr(self.be, "split_index_work", None)
+        if not (split and self.plate and self.site_potential):
+            return None
+        be, plate, site_potential = self.be, self.plate[0], self.site_potential
+        grad = be.grad(lambda sites, batch: site_potential(sites, batch))
+
+        def site_grads(sites, index):
+            return grad(sites, {plate: index})
+
+        with be.activate():
+            work = split(site_grads, self.layout.unflatten(state["position"]), idx)
+        if work is None or work.data_bytes < GATHER_IN_BULK_BYTES:
+            return None
+        if work.size * self.chunk * chains > CHUNK_FLOATS:  # too many rows: gather per step
+            return None
+        return work
+
     def _prologue(self, carry, _keys, xs):
-        """Draw every chain's normals for the chunk from its per-step keys (steps, chains, key)."""
+        """Before a chunk's loop: draw every chain's normals from its per-step keys (steps,
+        chains, key); gather every step's minibatch rows from its indices (see index_work)."""
         xs = dict(xs)
-        xs["normals"] = prefetch.draw_normals(self.be, xs["keys"], self.normal_shapes, 2)
+        if self.normal_shapes:
+            xs["normals"] = prefetch.draw_normals(self.be, xs["keys"], self.normal_shapes, 2)
+        if self.index_work is not None:
+            xs["idx"] = self.be.vmap(self.be.vmap(self.index_work.gather))(xs["idx"])
         return xs
 
     def _chain_step(self, state, key, idx, step_size, normals=None):
@@ -348,7 +393,9 @@ class _Driver:
                 state = be.vmap(kernel.init)(be.asarray(positions0))
                 if self.runners is None:
                     idx0 = be.asarray(np.zeros(self.batch_size), "int") if self.plate else None
-                    self._prepare_loops(kernel.init(be.asarray(positions0[0])), keys[0], idx0)
+                    self._prepare_loops(
+                        kernel.init(be.asarray(positions0[0])), keys[0], idx0, len(group)
+                    )
             else:
                 keys = be.random.key(chain_seed(seed, group[0]))
                 state = kernel.init(be.asarray(positions0[0]))
@@ -440,10 +487,13 @@ class _Driver:
 
     def _runner(self, every: int):
         if every not in self.runners:
-            prologue = self._prologue if self.normal_shapes else None
+            prologue = self._prologue if self.normal_shapes or self.index_work else None
+            # stage_inputs: each step's indices and normals come from a buffer of their own
+            # (about 3% faster on XLA's CPU backend than slicing the chunk inside fused ops).
             self.runners[every] = self.be.compile_loop(
-                self._loop_step, self._check, prologue=prologue, freeze=False, emit_every=every
-            )
+                self._loop_step, self._check, prologue=prologue, freeze=False, emit_every=every,
+                stage_inputs=True,
+            )  # fmt: skip
         return self.runners[every]
 
     def _chunk_keys(self, n: int):
