@@ -69,6 +69,10 @@ class Backend:
     #: Whether a compiled call returns before its work is done (results are futures): drivers
     #: then queue the next chunk before reading one (:mod:`ppl_bdl.inference.chunks`).
     asynchronous_calls: ClassVar[bool] = False
+    #: Optional: ``split_index_work(fn, state, idx)``, a minibatch step ``fn`` split into the part
+    #: that depends on the indices alone (run in bulk before a loop) and the rest, or None; see
+    #: :mod:`ppl_bdl.backends._jax_index_work`. None here: the step stays whole.
+    split_index_work: ClassVar[Any] = None
 
     def __init__(self, precision: str = "float32"):
         self.precision = precision
