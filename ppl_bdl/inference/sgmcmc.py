@@ -262,32 +262,32 @@ class _Driver:
         with :attr:`index_work`, the rows gathered for them before the loop)."""
         if self.traced_grad is not None:
             return lambda flat: self.traced_grad(flat, idx)
+        if self.site_potential is None:
+            batch = None if idx is None else {self.plate[0]: idx}
+            potential = self.potential
+            return self.be.grad(lambda flat: potential(flat, batch))
+        # Differentiate per site and concatenate: the backward pass of slicing one flat vector
+        # (pads and adds) costs more than the gradient of a small network.
+        be, layout = self.be, self.layout
         if self.index_work is not None:
-            be, layout, rest = self.be, self.layout, self.index_work.rest
+            rest = self.index_work.rest
+            site_grads = lambda sites: rest(sites, idx)  # noqa: E731
+        else:
+            site_grads = lambda sites: self._site_grads(sites, idx)  # noqa: E731
 
-            def from_rows(flat):
-                parts = rest(layout.unflatten(flat), idx)
-                return be.math.concatenate(
-                    [be.math.reshape(parts[s.name], (-1,)) for s in layout.slots]
-                )
+        def flat_grad(flat):
+            parts = site_grads(layout.unflatten(flat))
+            return be.math.concatenate(
+                [be.math.reshape(parts[s.name], (-1,)) for s in layout.slots]
+            )
 
-            return from_rows
+        return flat_grad
+
+    def _site_grads(self, sites: dict, idx) -> dict:
+        """The minibatch gradient of the potential per latent site, at batch indices ``idx``."""
         batch = None if idx is None else {self.plate[0]: idx}
-        if self.site_potential is not None:
-            # Differentiate per site and concatenate: the backward pass of slicing one flat
-            # vector (pads and adds) costs more than the gradient of this small network.
-            be, layout, site_potential = self.be, self.layout, self.site_potential
-            grad = be.grad(lambda sites: site_potential(sites, batch))
-
-            def site_grad(flat):
-                parts = grad(layout.unflatten(flat))
-                return be.math.concatenate(
-                    [be.math.reshape(parts[s.name], (-1,)) for s in layout.slots]
-                )
-
-            return site_grad
-        potential = self.potential
-        return self.be.grad(lambda flat: potential(flat, batch))
+        site_potential = self.site_potential
+        return self.be.grad(lambda s: site_potential(s, batch))(sites)
 
     def _prepare_loops(self, state, key, idx, chains: int = 1) -> None:
         """Get ready to compile chunk runners (:meth:`_runner`, one per output spacing). Where
@@ -310,14 +310,8 @@ class _Driver:
         split = getattr(self.be, "split_index_work", None)
         if not (split and self.plate and self.site_potential):
             return None
-        be, plate, site_potential = self.be, self.plate[0], self.site_potential
-        grad = be.grad(lambda sites, batch: site_potential(sites, batch))
-
-        def site_grads(sites, index):
-            return grad(sites, {plate: index})
-
-        with be.activate():
-            work = split(site_grads, self.layout.unflatten(state["position"]), idx)
+        with self.be.activate():
+            work = split(self._site_grads, self.layout.unflatten(state["position"]), idx)
         if work is None or work.data_bytes < GATHER_IN_BULK_BYTES:
             return None
         if work.size * self.chunk * chains > CHUNK_FLOATS:  # too many rows: gather per step
