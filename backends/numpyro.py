@@ -22,6 +22,7 @@ from numpyro.distributions.transforms import IdentityTransform
 from numpyro.distributions.transforms import biject_to as _biject_to
 
 from ..errors import DataError
+from ._jax_normal import standard_normal
 from .base import Backend, LoopResult, NativeSettings
 
 
@@ -103,7 +104,8 @@ class _Random:
         return tuple(jax.random.split(key, num))
 
     def normal(self, key, shape):
-        return jax.random.normal(key, tuple(shape), dtype=self._be.float_dtype)
+        # JAX's normals with both words of each Threefry block used (see _jax_normal)
+        return standard_normal(key, tuple(shape), dtype=self._be.float_dtype)
 
     def uniform(self, key, shape, low=0.0, high=1.0):
         return jax.random.uniform(key, tuple(shape), self._be.float_dtype, low, high)
