@@ -126,7 +126,9 @@ def test_flow_beats_meanfield_on_banana():
     for name, post in (("flow", flow), ("mf", mf)):
         x = post.samples["x"].reshape(-1, 2)
         moments[name] = np.abs(x.mean(0) - mean).sum() + np.abs(x.var(0) - var).sum()
-    assert moments["flow"] < 0.6 * moments["mf"]
+    # Over seeds 0-10 the flow's moment error is 0.21-0.61x the mean-field's (which is 3.45-3.49
+    # for every seed: its optimum cannot bend), the spread from the flow's optimisation.
+    assert moments["flow"] < 0.7 * moments["mf"]
 
 
 @pytest.mark.slow
