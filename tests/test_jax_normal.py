@@ -1,5 +1,6 @@
 """The JAX backend's standard normals: exactly JAX's own under its original Threefry counter
-layout (both words of every block used), under jit and vmap; other keys and dtypes fall back."""
+layout (both words of every block used), under jit and vmap, without changing the layout of other
+draws."""
 
 from __future__ import annotations
 
@@ -30,11 +31,20 @@ def test_equals_jax_normal_per_key_under_vmap():
     np.testing.assert_array_equal(np.asarray(drawn), expected)
 
 
-def test_typed_keys_fall_back_to_jax_normal():
+def test_typed_keys_draw_under_the_original_layout_too():
     key = jax.random.key(5)
-    np.testing.assert_array_equal(
-        np.asarray(standard_normal(key, (9,))), np.asarray(jax.random.normal(key, (9,)))
-    )
+    with jax.threefry_partitionable(False):
+        expected = np.asarray(jax.random.normal(key, (9,)))
+    np.testing.assert_array_equal(np.asarray(standard_normal(key, (9,))), expected)
+
+
+def test_draws_elsewhere_keep_jax_default_layout():
+    key = jax.random.PRNGKey(2)
+    default = np.asarray(jax.random.normal(key, (50,)))
+    mixed = jax.jit(lambda k: (standard_normal(k, (50,)), jax.random.normal(k, (50,))))(key)
+    np.testing.assert_array_equal(np.asarray(mixed[1]), default)
+    with jax.threefry_partitionable(True):  # the process-wide default is untouched
+        np.testing.assert_array_equal(np.asarray(jax.random.normal(key, (50,))), default)
 
 
 def test_the_numpyro_backend_draws_with_it():
