@@ -8,89 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from types import SimpleNamespace
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-import numpyro.distributions as nd
 from jax import lax
 from numpyro.distributions import constraints as ndc
-from numpyro.distributions.transforms import IdentityTransform
-from numpyro.distributions.transforms import biject_to as _biject_to
 
 from ..errors import DataError
+from . import _numpyro_dists as _dists
+from ._jax_math import make_math
 from ._jax_normal import standard_normal
 from .base import Backend, LoopResult, NativeSettings
-
-
-def _make_math() -> SimpleNamespace:
-    m = SimpleNamespace()
-    for name in (
-        "abs", "exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sum", "mean", "var", "std",
-        "max", "min", "prod", "cumsum", "matmul", "dot", "outer", "einsum", "transpose", "reshape",
-        "expand_dims", "squeeze", "concatenate", "stack", "where", "clip", "zeros", "ones",
-        "zeros_like", "ones_like", "full", "arange", "eye", "diag", "tril", "isfinite", "sin", "cos",
-        "maximum", "minimum", "sign", "floor", "asarray", "logaddexp",
-    ):  # fmt: skip
-        setattr(m, name, getattr(jnp, name))
-    m.sigmoid = jax.nn.sigmoid
-    m.softplus = jax.nn.softplus
-    m.relu = jax.nn.relu
-    m.gelu = jax.nn.gelu
-    m.elu = jax.nn.elu
-    m.silu = jax.nn.silu
-    m.softmax = jax.nn.softmax
-    m.log_softmax = jax.nn.log_softmax
-    m.logsumexp = jax.scipy.special.logsumexp
-    m.erf = jax.scipy.special.erf
-    m.lgamma = jax.scipy.special.gammaln
-    m.digamma = jax.scipy.special.digamma
-    m.cholesky = jnp.linalg.cholesky
-    m.norm = jnp.linalg.norm
-    m.triangular_solve = lambda a, b, lower=True: jax.scipy.linalg.solve_triangular(
-        a, b, lower=lower
-    )
-    return m
-
-
-def _folded_student_t(df, scale=1.0, validate_args=None):
-    base = nd.StudentT(df, 0.0, scale, validate_args=validate_args)
-    return nd.FoldedDistribution(base, validate_args=validate_args)
-
-
-def _improper(support="real", validate_args=None):
-    support = ndc.real if support == "real" else ndc.positive
-    return nd.ImproperUniform(support, (), (), validate_args=validate_args)
-
-
-_FAMILIES = {
-    "Normal": nd.Normal,
-    "HalfNormal": nd.HalfNormal,
-    "Cauchy": nd.Cauchy,
-    "HalfCauchy": nd.HalfCauchy,
-    "StudentT": nd.StudentT,
-    "HalfStudentT": _folded_student_t,
-    "Laplace": nd.Laplace,
-    "LogNormal": nd.LogNormal,
-    "Gamma": nd.Gamma,
-    "InverseGamma": nd.InverseGamma,
-    "Beta": nd.Beta,
-    "Exponential": nd.Exponential,
-    "Uniform": nd.Uniform,
-    "ImproperUniform": _improper,
-    "Bernoulli": nd.Bernoulli,
-    "Binomial": nd.Binomial,
-    "Categorical": nd.Categorical,
-    "Poisson": nd.Poisson,
-    "Dirichlet": nd.Dirichlet,
-    "MultivariateNormal": nd.MultivariateNormal,
-    "LKJCholesky": nd.LKJCholesky,
-}
-
-_IDENTITY_SUPPORTS = (ndc.real, ndc.real_vector)
 
 
 class _Random:
@@ -160,7 +91,7 @@ class NumPyroBackend(Backend):
 
     def __init__(self, precision: str = "float32"):
         super().__init__(precision)
-        self.math = _make_math()
+        self.math = make_math()
         self.random = _Random(self)
         self.native = _Native()
 
@@ -198,23 +129,13 @@ class NumPyroBackend(Backend):
 
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
-        # No NumPyro argument validation (on by default in NumPyro): the core validates a
-        # model's parameters and observed values once, by site; in the compiled steps the
-        # support mask it adds to every log-density is pure cost (a select per value and its
-        # gradient, recomputed inside XLA's fused ops).
-        return _FAMILIES[spec.name](**spec.params, validate_args=False)
+        return _dists.native_distribution(spec)
 
     def expand(self, native, batch_shape, event_ndims: int):
-        batch_shape = tuple(batch_shape)
-        if tuple(native.batch_shape) != batch_shape:
-            native = native.expand(batch_shape)
-        return native.to_event(event_ndims) if event_ndims else native
+        return _dists.expand(native, batch_shape, event_ndims)
 
     def biject_to(self, support):
-        if support in _IDENTITY_SUPPORTS:
-            return None
-        transform = _biject_to(support)
-        return None if isinstance(transform, IdentityTransform) else transform
+        return _dists.biject_to(support)
 
     # -- autodiff, vectorisation, loops ----------------------------------------------------------
     def value_and_grad(self, fn, has_aux: bool = False):

@@ -9,157 +9,19 @@ driven with the core's potential function.
 from __future__ import annotations
 
 import contextlib
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pyro
-import pyro.distributions as pd
 import torch
-from torch.distributions import biject_to as _biject_to
 from torch.distributions import constraints as tc
-from torch.distributions.transforms import identity_transform
 
 from ..errors import DataError
+from . import _pyro_dists as _dists
+from ._torch_math import _t, make_math
 from .base import Backend, LoopResult, NativeSettings
 
 Tensor = torch.Tensor
-
-
-def _t(x):
-    return x if isinstance(x, Tensor) else torch.as_tensor(x, dtype=torch.get_default_dtype())
-
-
-def _unary(fn):
-    return lambda x: fn(_t(x))
-
-
-def _reduce(fn):
-    def reduce(x, axis=None, keepdims=False):
-        x = _t(x)
-        if axis is None:
-            out = fn(x)
-            return out.reshape((1,) * x.ndim) if keepdims else out
-        return fn(x, dim=axis, keepdim=keepdims)
-
-    return reduce
-
-
-def _minmax(fn):
-    def reduce(x, axis=None, keepdims=False):
-        x = _t(x)
-        if axis is None:
-            return fn(x)
-        return fn(x, dim=axis, keepdim=keepdims).values
-
-    return reduce
-
-
-def _make_math() -> SimpleNamespace:
-    m = SimpleNamespace()
-    for name in ("abs", "exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sigmoid", "relu",
-                 "erf", "lgamma", "digamma", "isfinite", "sin", "cos", "sign", "floor"):  # fmt: skip
-        setattr(m, name, _unary(getattr(torch, name)))
-    m.softplus = _unary(torch.nn.functional.softplus)
-    m.gelu = _unary(torch.nn.functional.gelu)
-    m.elu = _unary(torch.nn.functional.elu)
-    m.silu = _unary(torch.nn.functional.silu)
-    m.softmax = lambda x, axis=-1: torch.softmax(_t(x), dim=axis)
-    m.log_softmax = lambda x, axis=-1: torch.log_softmax(_t(x), dim=axis)
-    m.logsumexp = lambda x, axis=None, keepdims=False: (
-        torch.logsumexp(_t(x).reshape(-1), 0)
-        if axis is None
-        else torch.logsumexp(_t(x), axis, keepdims)
-    )
-    m.logaddexp = lambda a, b: torch.logaddexp(_t(a), _t(b))
-    m.sum = _reduce(torch.sum)
-    m.mean = _reduce(torch.mean)
-    m.prod = _reduce(torch.prod)
-    m.var = lambda x, axis=None, keepdims=False, ddof=0: torch.var(
-        _t(x), dim=axis, keepdim=keepdims, correction=ddof
-    )
-    m.std = lambda x, axis=None, keepdims=False, ddof=0: torch.std(
-        _t(x), dim=axis, keepdim=keepdims, correction=ddof
-    )
-    m.max = _minmax(torch.max)
-    m.min = _minmax(torch.min)
-    m.maximum = lambda a, b: torch.maximum(_t(a), _t(b))
-    m.minimum = lambda a, b: torch.minimum(_t(a), _t(b))
-    m.cumsum = lambda x, axis=0: torch.cumsum(_t(x), dim=axis)
-    m.matmul = torch.matmul
-    m.dot = lambda a, b: torch.matmul(a, b)
-    m.outer = torch.outer
-    m.einsum = torch.einsum
-    m.transpose = lambda x, axes=None: x.T if axes is None else x.permute(*axes)
-    m.reshape = lambda x, shape: _t(x).reshape(shape)
-    m.expand_dims = lambda x, axis: _t(x).unsqueeze(axis)
-    m.squeeze = lambda x, axis=None: _t(x).squeeze() if axis is None else _t(x).squeeze(axis)
-    m.concatenate = lambda xs, axis=0: torch.cat([_t(x) for x in xs], dim=axis)
-    m.stack = lambda xs, axis=0: torch.stack([_t(x) for x in xs], dim=axis)
-    m.where = lambda c, a, b: torch.where(_t(c).bool(), _t(a), _t(b))
-    m.clip = lambda x, lo=None, hi=None: torch.clamp(_t(x), lo, hi)
-    m.zeros = lambda shape: torch.zeros(shape)
-    m.ones = lambda shape: torch.ones(shape)
-    m.full = lambda shape, value: torch.full(
-        tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape, value
-    )
-    m.zeros_like = torch.zeros_like
-    m.ones_like = torch.ones_like
-    m.arange = torch.arange
-    m.eye = torch.eye
-    m.diag = lambda x: torch.diag(_t(x))
-    m.tril = lambda x, k=0: torch.tril(_t(x), k)
-    m.cholesky = torch.linalg.cholesky
-    m.norm = lambda x, axis=None: torch.linalg.vector_norm(_t(x), dim=axis)
-    m.triangular_solve = lambda a, b, lower=True: torch.linalg.solve_triangular(
-        a, b, upper=not lower
-    )
-    m.asarray = lambda x: _t(x)
-    return m
-
-
-def _folded_student_t(df, scale=1.0):
-    return pd.FoldedDistribution(
-        pd.StudentT(df, 0.0, scale, validate_args=False), validate_args=False
-    )
-
-
-def _improper(support="real"):
-    return pd.ImproperUniform(
-        tc.real if support == "real" else tc.positive, torch.Size(), torch.Size()
-    )
-
-
-def _lkj(dimension, concentration=1.0):
-    return pd.LKJCholesky(dimension, _t(concentration), validate_args=False)
-
-
-_FAMILIES = {
-    "Normal": pd.Normal,
-    "HalfNormal": pd.HalfNormal,
-    "Cauchy": pd.Cauchy,
-    "HalfCauchy": pd.HalfCauchy,
-    "StudentT": pd.StudentT,
-    "HalfStudentT": _folded_student_t,
-    "Laplace": pd.Laplace,
-    "LogNormal": pd.LogNormal,
-    "Gamma": pd.Gamma,
-    "InverseGamma": pd.InverseGamma,
-    "Beta": pd.Beta,
-    "Exponential": pd.Exponential,
-    "Uniform": pd.Uniform,
-    "ImproperUniform": _improper,
-    "Bernoulli": pd.Bernoulli,
-    "Binomial": pd.Binomial,
-    "Categorical": pd.Categorical,
-    "Poisson": pd.Poisson,
-    "Dirichlet": pd.Dirichlet,
-    "MultivariateNormal": pd.MultivariateNormal,
-    "LKJCholesky": _lkj,
-}
-_NO_VALIDATE_ARG = {"HalfStudentT", "ImproperUniform", "LKJCholesky"}
-_TENSOR_PARAMS = {"Dirichlet", "MultivariateNormal", "Categorical"}
-_IDENTITY_SUPPORTS = (tc.real, tc.real_vector)
 
 
 class _Random:
@@ -231,7 +93,7 @@ class PyroBackend(Backend):
 
     def __init__(self, precision: str = "float32"):
         super().__init__(precision)
-        self.math = _make_math()
+        self.math = make_math()
         self.random = _Random(self)
         self.native = _Native()
 
@@ -283,32 +145,13 @@ class PyroBackend(Backend):
 
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
-        params = spec.params
-        if spec.name in _TENSOR_PARAMS or any(
-            not isinstance(v, Tensor | float | int | str) for v in params.values()
-        ):
-            params = {
-                k: v
-                if isinstance(v, Tensor | str)
-                or (isinstance(v, int) and k in ("dimension", "total_count"))
-                else self.asarray(v)
-                for k, v in params.items()
-            }
-        if spec.name in _NO_VALIDATE_ARG:
-            return _FAMILIES[spec.name](**params)
-        return _FAMILIES[spec.name](**params, validate_args=False)
+        return _dists.native_distribution(spec, self.asarray)
 
     def expand(self, native, batch_shape, event_ndims: int):
-        batch_shape = torch.Size(batch_shape)
-        if native.batch_shape != batch_shape:
-            native = native.expand(batch_shape)
-        return native.to_event(event_ndims) if event_ndims else native
+        return _dists.expand(native, batch_shape, event_ndims)
 
     def biject_to(self, support):
-        if support in _IDENTITY_SUPPORTS:
-            return None
-        transform = _biject_to(support)
-        return None if transform is identity_transform else transform
+        return _dists.biject_to(support)
 
     # -- autodiff, vectorisation, loops ----------------------------------------------------------
     def value_and_grad(self, fn, has_aux: bool = False):

@@ -30,7 +30,8 @@ from .errors import (
 from .fit import fit
 from .guides.custom import guide
 from .model import BoundModel, Model, model
-from .posterior import Posterior, load
+from .persistence import load
+from .posterior import Posterior
 from .predictive import PredictiveResult, prior_predictive
 from .primitives import deterministic, factor, param, plate, sample
 

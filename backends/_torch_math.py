@@ -1,0 +1,102 @@
+"""The math namespace of the Pyro backend: :mod:`ppl_bdl.math` on torch tensors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+Tensor = torch.Tensor
+
+
+def _t(x):
+    return x if isinstance(x, Tensor) else torch.as_tensor(x, dtype=torch.get_default_dtype())
+
+
+def _unary(fn):
+    return lambda x: fn(_t(x))
+
+
+def _reduce(fn):
+    def reduce(x, axis=None, keepdims=False):
+        x = _t(x)
+        if axis is None:
+            out = fn(x)
+            return out.reshape((1,) * x.ndim) if keepdims else out
+        return fn(x, dim=axis, keepdim=keepdims)
+
+    return reduce
+
+
+def _minmax(fn):
+    def reduce(x, axis=None, keepdims=False):
+        x = _t(x)
+        if axis is None:
+            return fn(x)
+        return fn(x, dim=axis, keepdim=keepdims).values
+
+    return reduce
+
+
+def make_math() -> SimpleNamespace:
+    m = SimpleNamespace()
+    for name in ("abs", "exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sigmoid", "relu",
+                 "erf", "lgamma", "digamma", "isfinite", "sin", "cos", "sign", "floor"):  # fmt: skip
+        setattr(m, name, _unary(getattr(torch, name)))
+    m.softplus = _unary(torch.nn.functional.softplus)
+    m.gelu = _unary(torch.nn.functional.gelu)
+    m.elu = _unary(torch.nn.functional.elu)
+    m.silu = _unary(torch.nn.functional.silu)
+    m.softmax = lambda x, axis=-1: torch.softmax(_t(x), dim=axis)
+    m.log_softmax = lambda x, axis=-1: torch.log_softmax(_t(x), dim=axis)
+    m.logsumexp = lambda x, axis=None, keepdims=False: (
+        torch.logsumexp(_t(x).reshape(-1), 0)
+        if axis is None
+        else torch.logsumexp(_t(x), axis, keepdims)
+    )
+    m.logaddexp = lambda a, b: torch.logaddexp(_t(a), _t(b))
+    m.sum = _reduce(torch.sum)
+    m.mean = _reduce(torch.mean)
+    m.prod = _reduce(torch.prod)
+    m.var = lambda x, axis=None, keepdims=False, ddof=0: torch.var(
+        _t(x), dim=axis, keepdim=keepdims, correction=ddof
+    )
+    m.std = lambda x, axis=None, keepdims=False, ddof=0: torch.std(
+        _t(x), dim=axis, keepdim=keepdims, correction=ddof
+    )
+    m.max = _minmax(torch.max)
+    m.min = _minmax(torch.min)
+    m.maximum = lambda a, b: torch.maximum(_t(a), _t(b))
+    m.minimum = lambda a, b: torch.minimum(_t(a), _t(b))
+    m.cumsum = lambda x, axis=0: torch.cumsum(_t(x), dim=axis)
+    m.matmul = torch.matmul
+    m.dot = lambda a, b: torch.matmul(a, b)
+    m.outer = torch.outer
+    m.einsum = torch.einsum
+    m.transpose = lambda x, axes=None: x.T if axes is None else x.permute(*axes)
+    m.reshape = lambda x, shape: _t(x).reshape(shape)
+    m.expand_dims = lambda x, axis: _t(x).unsqueeze(axis)
+    m.squeeze = lambda x, axis=None: _t(x).squeeze() if axis is None else _t(x).squeeze(axis)
+    m.concatenate = lambda xs, axis=0: torch.cat([_t(x) for x in xs], dim=axis)
+    m.stack = lambda xs, axis=0: torch.stack([_t(x) for x in xs], dim=axis)
+    m.where = lambda c, a, b: torch.where(_t(c).bool(), _t(a), _t(b))
+    m.clip = lambda x, lo=None, hi=None: torch.clamp(_t(x), lo, hi)
+    m.zeros = lambda shape: torch.zeros(shape)
+    m.ones = lambda shape: torch.ones(shape)
+    m.full = lambda shape, value: torch.full(
+        tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape, value
+    )
+    m.zeros_like = torch.zeros_like
+    m.ones_like = torch.ones_like
+    m.arange = torch.arange
+    m.eye = torch.eye
+    m.diag = lambda x: torch.diag(_t(x))
+    m.tril = lambda x, k=0: torch.tril(_t(x), k)
+    m.cholesky = torch.linalg.cholesky
+    m.norm = lambda x, axis=None: torch.linalg.vector_norm(_t(x), dim=axis)
+    m.triangular_solve = lambda a, b, lower=True: torch.linalg.solve_triangular(
+        a, b, upper=not lower
+    )
+    m.asarray = lambda x: _t(x)
+    return m
