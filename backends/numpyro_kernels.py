@@ -65,7 +65,7 @@ class NumPyroSGMCMC(MCMCKernel):
         spec, be = self.spec, self.backend
         key_init, key_perm, rng_key = jax.random.split(rng_key, 3)
         dim = spec.setup.layout.dim
-        with be.precision_scope(), use_backend(be):
+        with be.scope(), use_backend(be):
             if init_params is None:  # uniform on [-2, 2] in the unconstrained space
                 position = jax.random.uniform(key_init, (dim,), be.float_dtype, -2.0, 2.0)
             else:
@@ -115,7 +115,7 @@ class NumPyroSGMCMC(MCMCKernel):
         return new, info
 
     def sample(self, state, model_args, model_kwargs):
-        with self.backend.precision_scope():
+        with self.backend.scope():
             new, info = self._transition(state)
         return new
 

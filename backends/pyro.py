@@ -1,9 +1,11 @@
 """The Pyro (PyTorch) backend.
 
-Hot loops run a lean torch step: the core's evaluator computes the log density straight from
-``torch.distributions`` (no Pyro effect handlers per step), gradients come from
-``torch.autograd.grad`` and updates are out-of-place tensor ops. NUTS and HMC are Pyro's own,
-driven with the core's potential function.
+Hot loops are a plain Python loop (:mod:`._torch_loop`) around one step whose model gradient is
+traced once to a TorchScript graph (:meth:`PyroBackend.trace`): the core's evaluator computes the
+log density straight from ``torch.distributions`` (no Pyro effect handlers per step). Chains run
+one after another. NUTS and HMC are Pyro's own kernels, stepped by the core's driver
+(:mod:`._pyro_mcmc`). Arrays live on the fit's device (``device=``): data is moved there once and
+:meth:`PyroBackend.scope` makes it torch's default device.
 """
 
 from __future__ import annotations
@@ -16,46 +18,52 @@ import pyro
 import torch
 from torch.distributions import constraints as tc
 
-from ..errors import DataError
+from ..errors import BackendError, DataError
 from . import _pyro_dists as _dists
-from ._torch_math import _t, make_math
-from .base import Backend, LoopResult, NativeSettings
+from ._torch_loop import compile_loop
+from ._torch_math import make_math
+from ._torch_optimizer import build_optimizer
+from ._torch_trace import trace_or_eager
+from ._torch_trees import index_tree, leading_size, stack_tree, tree_map
+from .base import BackendBase, NativeSettings, parse_device
 
 Tensor = torch.Tensor
 
 
 class _Random:
-    """JAX-style keys on torch: a key is a seeded ``torch.Generator``; split returns it."""
+    """JAX-style keys on torch: a key is a seeded ``torch.Generator`` on the fit's device;
+    ``split`` returns it, draws advance it."""
 
     def __init__(self, backend: PyroBackend):
         self._be = backend
 
     def key(self, seed: int):
-        return torch.Generator().manual_seed(int(seed))
+        return torch.Generator(device=self._be.torch_device).manual_seed(int(seed))
 
     def split(self, key, num: int = 2):
         return (key,) * num
-
-    def normal(self, key, shape):
-        return torch.randn(tuple(shape), generator=key, dtype=self._be.float_dtype)
-
-    def uniform(self, key, shape, low=0.0, high=1.0):
-        u = torch.rand(tuple(shape), generator=key, dtype=self._be.float_dtype)
-        return u * (high - low) + low
-
-    def draw(self, key, native):
-        # torch.distributions draw from the global RNG: seed it from the key, then restore it.
-        seed = int(torch.randint(0, 2**62, (1,), generator=key))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return native.sample()
 
     def keys(self, key, num: int):
         """A batch of ``num`` keys, indexable along the first axis (for the vmap loop)."""
         return _KeyBatch(key, num)
 
-    def permutation(self, key, n: int):
-        return torch.randperm(n, generator=key)
+    def normal(self, key, shape):
+        return torch.randn(
+            tuple(shape), generator=key, dtype=self._be.float_dtype, device=key.device
+        )
+
+    def uniform(self, key, shape, low=0.0, high=1.0):
+        u = torch.rand(tuple(shape), generator=key, dtype=self._be.float_dtype, device=key.device)
+        return u * (high - low) + low
+
+    def draw(self, key, native, reparameterized: bool = False):
+        # torch.distributions draw from the global RNG: seed it from the key, then restore it.
+        seed = int(torch.randint(0, 2**62, (1,), generator=key, device=key.device))
+        with torch.random.fork_rng(devices=_cuda_devices(key.device)):
+            torch.manual_seed(seed)
+            if reparameterized and native.has_rsample:
+                return native.rsample()
+            return native.sample()
 
 
 class _Native:
@@ -76,7 +84,7 @@ class _Native:
             yield idx
 
 
-class PyroBackend(Backend):
+class PyroBackend(BackendBase):
     """Run models on Pyro / PyTorch.
 
     Example
@@ -89,10 +97,11 @@ class PyroBackend(Backend):
 
     name = "pyro"
     extra = "pyro"
-    array_family = "torch"
+    vectorized_chains = False
 
-    def __init__(self, precision: str = "float32"):
-        super().__init__(precision)
+    def __init__(self, precision: str = "float32", device: str | None = None):
+        self.torch_device = _resolve(device)
+        super().__init__(precision, _device_name(self.torch_device))
         self.math = make_math()
         self.random = _Random(self)
         self.native = _Native()
@@ -103,19 +112,21 @@ class PyroBackend(Backend):
         return torch.float64 if self.precision == "float64" else torch.float32
 
     @contextlib.contextmanager
-    def precision_scope(self):
+    def scope(self):
         previous = torch.get_default_dtype()
         torch.set_default_dtype(self.float_dtype)
         try:
-            yield
+            with self.torch_device:
+                yield
         finally:
             torch.set_default_dtype(previous)
 
     def asarray(self, value: Any, dtype: str | None = None):
         if isinstance(value, Tensor):
             if dtype == "int" or (dtype is None and not value.is_floating_point()):
-                return value
-            return value.to(self.float_dtype)
+                target = torch.int64 if value.is_floating_point() else value.dtype
+                return value.to(device=self.torch_device, dtype=target)
+            return value.to(device=self.torch_device, dtype=self.float_dtype)
         array = np.asarray(value)
         if array.dtype == object:
             raise DataError(
@@ -123,25 +134,29 @@ class PyroBackend(Backend):
                 "categories as integers first."
             )
         if dtype == "int" or (dtype is None and np.issubdtype(array.dtype, np.integer)):
-            return torch.as_tensor(array, dtype=torch.int64)
-        if dtype is None and array.dtype == bool:
-            return torch.as_tensor(array)
+            target = torch.int64
+        elif dtype is None and array.dtype == bool:
+            target = torch.bool
+        else:
+            target = self.float_dtype
         if not array.flags.writeable:
             array = array.copy()
-        return torch.as_tensor(
-            np.ascontiguousarray(array).reshape(array.shape), dtype=self.float_dtype
-        )
+        array = np.ascontiguousarray(array).reshape(array.shape)  # (keeps 0-d arrays 0-d)
+        return torch.as_tensor(array, dtype=target, device=self.torch_device)
 
     def to_numpy(self, value):
         if isinstance(value, Tensor):
             return value.detach().cpu().numpy()
         return np.asarray(value)
 
-    def arange(self, n: int):
-        return torch.arange(n)
-
     def is_array(self, value) -> bool:
         return isinstance(value, Tensor)
+
+    def arange(self, n: int):
+        return torch.arange(n, device=self.torch_device)
+
+    def tree_map(self, fn, *trees):
+        return tree_map(fn, *trees)
 
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
@@ -155,166 +170,61 @@ class PyroBackend(Backend):
 
     # -- autodiff, vectorisation, loops ----------------------------------------------------------
     def value_and_grad(self, fn, has_aux: bool = False):
-        def wrapped(x, *args):
-            with torch.enable_grad():
-                x = x.detach().requires_grad_(True)
-                result = fn(x, *args)
-                value, aux = result if has_aux else (result, None)
-                (grad,) = torch.autograd.grad(value, x)
-            value = value.detach()
-            return ((value, aux), grad) if has_aux else (value, grad)
+        def wrapped(*args):
+            grads, value = torch.func.grad_and_value(fn, has_aux=has_aux)(*args)
+            return value, grads
 
         return wrapped
 
     def grad(self, fn):
-        vg = self.value_and_grad(fn)
-        return lambda x, *args: vg(x, *args)[1]
+        return torch.func.grad(fn)
 
-    def vmap(self, fn):
+    def vmap(self, fn, in_axes=0):
+        """A loop over the leading axis of the mapped arguments (``in_axes`` 0 or None each)."""
+
         def looped(*args):
-            n = _leading_size(args)
-            outs = [fn(*(_index_tree(a, i) for a in args)) for i in range(n)]
-            return _stack_tree(outs)
+            axes = in_axes if isinstance(in_axes, tuple | list) else (in_axes,) * len(args)
+            mapped = [a for a, ax in zip(args, axes, strict=True) if ax is not None]
+            outs = []
+            for i in range(leading_size(*mapped)):
+                row = [
+                    a if ax is None else index_tree(a, i) for a, ax in zip(args, axes, strict=True)
+                ]
+                outs.append(fn(*row))
+            return stack_tree(outs)
 
         return looped
 
     def jit(self, fn):
         return fn
 
-    def tree_map(self, fn, *trees):
-        return _tree_map(fn, *trees)
+    def trace(self, fn, example_args):
+        """``fn`` traced once at ``example_args`` (``make_fx``, then TorchScript), so a step skips
+        the Python walk of the model; checked against ``fn`` there, ``fn`` itself (with a
+        warning) where tracing fails or disagrees (Python control flow on values)."""
+        return trace_or_eager(self, fn, example_args)
 
-    def eval_shape(self, fn, *args):
-        """``fn(*args)``, evaluated (torch has no shape-only evaluation; used to record draws)."""
-        return fn(*args)
+    def compile_loop(self, step, emit):
+        return compile_loop(step, emit)
 
-    def compile_loop(
-        self, step, check=None, prologue=None, freeze=True, emit_every=1, stage_inputs=False,
-        partial=False,
-    ):  # fmt: skip
-        """A Python loop of ``step(carry, key, x) -> (carry, out)``, stopping at the first failed
-        ``check(out)`` with the carry from before that step (``freeze`` changes nothing here:
-        the loop stops there). ``prologue(carry, None, xs) -> xs`` runs once per chunk before it
-        (torch steps share one generator, so there are no per-step keys). ``emit_every=L``
-        keeps the outputs of steps L-1, 2L-1, ... only. ``stage_inputs`` changes nothing here.
-        With ``partial``, ``runner(..., active=k)`` runs the first k steps only."""
+    def optimizer(self, config):
+        return build_optimizer(config)
 
-        def runner(carry, key, xs, num_steps: int, active: int | None = None) -> LoopResult:
-            if active is not None and not partial:
-                raise ValueError("active= needs a loop compiled with partial=True")
-            if prologue is not None:
-                xs = prologue(carry, None, xs)
-            outs = []
-            stopped = None
-            with torch.no_grad():
-                for i in range(num_steps if active is None else active):
-                    x = None if xs is None else _index_tree(xs, i)
-                    new, out = step(carry, key, x)
-                    if (i + 1) % emit_every == 0:
-                        outs.append(out)
-                    if check is not None and not bool(check(out)):
-                        stopped = i
-                        break
-                    carry = new
-            return LoopResult(carry, _stack_tree(outs) if outs else None, stopped)
+    # -- native samplers -------------------------------------------------------------------------
+    def native_transition(self, potential, settings: NativeSettings):
+        """Pyro's NUTS/HMC on ``potential(flat, data)``, stepped by the core's driver."""
+        from ._pyro_mcmc import native_transition
 
-        return runner
+        return native_transition(self, potential, settings)
 
-    # -- native NUTS / HMC ---------------------------------------------------------------------
-    def run_native_mcmc(self, potential, init: np.ndarray, settings: NativeSettings, seed: int):
-        """Run Pyro's NUTS/HMC on ``potential``, one chain after another (each with its own seed).
+    def native_sgmcmc_kernel(self, spec):
+        from ._pyro_mcmc import PyroSGMCMC
 
-        Pyro keeps no per-draw statistics, so they are read off the kernel by a hook: gradient
-        evaluations per draw (``n_steps``, ``tree_depth``), divergences, step size, acceptance.
-        """
-        from pyro.infer.mcmc import HMC, MCMC, NUTS
+        return PyroSGMCMC(spec)
 
-        chains, stats = [], []
-        with self.precision_scope():
-            for chain in range(settings.num_chains):
-                counter = {"calls": 0}
-
-                def potential_fn(params, counter=counter):
-                    counter["calls"] += 1
-                    return potential(params["theta"])
-
-                common = dict(
-                    potential_fn=potential_fn,
-                    target_accept_prob=settings.target_accept,
-                    full_mass=settings.dense_mass,
-                )
-                if settings.step_size is not None:
-                    common["step_size"] = settings.step_size
-                if settings.method == "nuts":
-                    kernel = NUTS(max_tree_depth=settings.max_tree_depth, **common)
-                else:
-                    kernel = HMC(num_steps=settings.num_steps or 10, **common)
-                recorder = _StatsRecorder(counter, settings.num_warmup)
-                total = settings.num_samples * settings.thinning
-                mcmc = MCMC(
-                    kernel,
-                    num_samples=total,
-                    warmup_steps=settings.num_warmup,
-                    initial_params={"theta": torch.as_tensor(init[chain], dtype=self.float_dtype)},
-                    disable_progbar=not settings.progress,
-                    hook_fn=recorder,
-                )
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(seed * 1000 + chain)
-                    mcmc.run()
-                draws = mcmc.get_samples()["theta"].detach().numpy()[:: settings.thinning]
-                chains.append(draws)
-                stats.append(recorder.result(kernel, settings.thinning, settings.method))
-        positions = np.stack(chains)
-        merged = {k: np.stack([s[k] for s in stats]) for k in stats[0]}
-        return positions, merged
-
-    def vi_support(self):
-        """The optimizer step and reparameterised draws of the core's VI (torch.optim)."""
-        from ._vi_pyro import PyroVISupport
-
-        return PyroVISupport(self)
-
-
-class _StatsRecorder:
-    """Pyro MCMC hook: per-draw sample stats, read off the kernel after each iteration."""
-
-    def __init__(self, counter: dict, num_warmup: int):
-        self.counter = counter
-        self.num_warmup = num_warmup
-        self.calls_before = 0
-        self.prev_mean_accept = 0.0
-        self.rows: list[tuple] = []
-
-    def __call__(self, kernel, samples, stage, i):
-        calls = self.counter["calls"] - self.calls_before
-        self.calls_before = self.counter["calls"]
-        mean_accept = float(kernel._mean_accept_prob)
-        if stage == "Sample":
-            n = i + 1
-            accept = n * mean_accept - (n - 1) * self.prev_mean_accept
-            self.prev_mean_accept = mean_accept
-            lp = -float(kernel._potential_energy_last)
-            self.rows.append((calls, float(kernel.step_size), min(max(accept, 0.0), 1.0), lp))
-        else:
-            self.prev_mean_accept = 0.0
-
-    def result(self, kernel, thinning: int, method: str) -> dict:
-        rows = np.asarray(self.rows, dtype=float)
-        n_steps = rows[:, 0].astype(np.int64)
-        diverging = np.zeros(len(rows), bool)
-        diverging[[d for d in kernel._divergences if d < len(rows)]] = True
-        out = {
-            "diverging": diverging,
-            "n_steps": n_steps,
-            "tree_depth": np.floor(np.log2(np.maximum(n_steps, 1))).astype(np.int64) + 1,
-            "step_size": rows[:, 1],
-            "acceptance_rate": rows[:, 2],
-            "lp": rows[:, 3],
-        }
-        if method == "hmc":
-            out.pop("tree_depth")
-        return {k: v[::thinning] for k, v in out.items()}
+    # -- devices ---------------------------------------------------------------------------------
+    def devices(self) -> list[str]:
+        return _available_devices()
 
 
 class _KeyBatch:
@@ -330,39 +240,44 @@ class _KeyBatch:
         return self.key
 
 
-def _leading_size(tree) -> int:
-    if isinstance(tree, dict):
-        return _leading_size(next(iter(tree.values())))
-    if isinstance(tree, tuple | list):
-        return _leading_size(tree[0])
-    return len(tree)
+def _available_devices() -> list[str]:
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return found
 
 
-def _index_tree(tree, i):
-    if isinstance(tree, dict):
-        return {k: _index_tree(v, i) for k, v in tree.items()}
-    if isinstance(tree, tuple | list):
-        return type(tree)(_index_tree(v, i) for v in tree)
-    return tree[i]
+def _cuda_devices(device) -> list[int]:
+    return [device.index or 0] if device.type == "cuda" else []
 
 
-def _stack_tree(items):
-    first = items[0]
-    if isinstance(first, dict):
-        return {k: _stack_tree([it[k] for it in items]) for k in first}
-    if isinstance(first, tuple | list):
-        return type(first)(_stack_tree([it[j] for it in items]) for j in range(len(first)))
-    if first is None:
-        return None
-    return torch.stack([_t(x) for x in items])
+def _device_name(device) -> str:
+    return device.type if device.index is None else f"{device.type}:{device.index}"
 
 
-def _tree_map(fn, *trees):
-    first = trees[0]
-    if isinstance(first, dict):
-        return {k: _tree_map(fn, *(t[k] for t in trees)) for k in first}
-    if isinstance(first, tuple | list):
-        return type(first)(_tree_map(fn, *(t[j] for t in trees)) for j in range(len(first)))
-    if first is None:
-        return None
-    return fn(*trees)
+def _resolve(device: str | None) -> torch.device:
+    """The torch device named ``device`` (None: torch's default device)."""
+    if device is None:
+        return torch.get_default_device()
+    available = _available_devices()
+    kind, index = parse_device(device, "pyro", available)
+    if kind == "gpu":
+        kind = "cuda"
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendError(
+                f"device={device!r}: torch finds no CUDA device here (devices: {available}). "
+                "Install a CUDA build of torch, or use device='cpu'."
+            )
+        if index is not None and index >= torch.cuda.device_count():
+            raise BackendError(
+                f"device={device!r}: there are {torch.cuda.device_count()} CUDA device(s) here "
+                f"({available[1:]})."
+            )
+        return torch.device("cuda", index or 0)
+    if kind != "cpu":
+        raise BackendError(
+            f"unknown device kind {kind!r} in device={device!r}; expected 'cpu' or 'cuda', "
+            f"optionally with an index ('cuda:1'). Devices here: {available}."
+        )
+    return torch.device("cpu")

@@ -104,9 +104,9 @@ def _make_pyro_kernel_class():
                     self.transforms[name] = transform.inv
             if self._initial_params is None:
                 flat = initial_positions(spec.setup, "uniform", 1, spec.seed)[0]
-                with be.precision_scope():
+                with be.scope():
                     self._initial_params = self._unflatten(be.asarray(flat))
-            with be.precision_scope(), use_backend(be):
+            with be.scope(), use_backend(be):
                 self._state = spec.kernel.init(self._flatten(self._initial_params))
             if self._batches is not None:
                 plate = spec.plate[0]
@@ -114,7 +114,7 @@ def _make_pyro_kernel_class():
                 self._batches = EpochBatches(spec.plate[1], spec.batch_size, spec.seed)
             else:
                 plate, example = None, None
-            with be.precision_scope():
+            with be.scope():
                 self._grad = trace_minibatch_grad(
                     be, spec.potential, plate, self._flatten(self._initial_params), example
                 )
@@ -129,7 +129,7 @@ def _make_pyro_kernel_class():
 
         def sample(self, params):
             spec, be = self.spec, self.backend
-            with be.precision_scope(), use_backend(be), torch.no_grad():
+            with be.scope(), use_backend(be), torch.no_grad():
                 state = dict(self._state)
                 state["position"] = self._flatten(params)
                 idx = be.asarray(self._batches.next_block(1)[0]) if self._batches else None

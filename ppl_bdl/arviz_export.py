@@ -37,7 +37,8 @@ def _groups_and_dims(posterior, posterior_predictive):
     }
     if posterior_predictive:
         groups["posterior_predictive"] = posterior_predictive
-    groups = {k: v for k, v in groups.items() if v}
+    # dict(): the log-likelihood may be a lazy mapping, computed here (ArviZ wants plain dicts)
+    groups = {k: dict(v) for k, v in groups.items() if v}
     dims: dict[str, dict[str, list[str]]] = {}
     for group, values in groups.items():
         if group == "observed_data":

@@ -1,4 +1,4 @@
-"""``fit``: one call for every inference method, on the backend named at fit time."""
+"""``fit``: one call for every inference method, on the backend and device named at fit time."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ from typing import Any
 from . import kernels
 from .errors import ConfigError
 from .inference.common import prepare
+
+#: Options of NUTS/HMC (besides the common ones).
+NATIVE_OPTIONS = {
+    "target_accept", "max_tree_depth", "num_steps", "step_size", "dense_mass", "chain_method",
+    "chunk_size",
+}  # fmt: skip
 
 
 def _want_progress(progress: bool | None) -> bool:
@@ -25,17 +31,19 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
 
 def fit(
     bound,
-    backend: str = "numpyro",
+    backend: str | None = None,
     method: str = "nuts",
     *,
     num_warmup: int = 1000,
     num_samples: int = 1000,
-    num_chains: int = 4,
+    num_chains: int | None = None,
     thinning: int = 1,
     seed: int = 0,
     init: Any = "uniform",
     precision: str = "float32",
+    device: str | None = None,
     progress: bool | None = None,
+    log_likelihood: bool = True,
     **options: Any,
 ):
     """Fit a bound model on ``backend`` ("pyro" or "numpyro") with ``method``.
@@ -44,24 +52,33 @@ def fit(
     ----------
     bound : BoundModel
         A model with its data, ``my_model(X, y)``.
-    backend : str
-        "numpyro" or "pyro" (see :func:`ppl_bdl.backends.available`).
+    backend : str, optional
+        "numpyro" or "pyro" (see :func:`ppl_bdl.backends.available`); default: NumPyro if
+        installed.
     method : str
         "nuts", "hmc", a registered SG-MCMC kernel (see :func:`ppl_bdl.kernels.available`), or "vi".
     num_warmup, num_samples, num_chains, thinning : int
         ``num_samples`` draws are kept per chain; a chain runs ``num_warmup + num_samples * thinning``
-        steps on every method and backend.
+        steps on every method and backend. ``num_chains`` defaults to 4 (MCMC); VI fits one
+        guide, so it takes no ``num_chains`` (an error if given, other than 1).
     seed : int
         Same seed, same backend: same draws.
     init : "uniform" | "prior" | "median" | dict
         Initial point of each chain.
     precision : "float32" | "float64"
+    device : str, optional
+        Where the data and the computation live: "cpu", "cuda", "cuda:1", ... (None: the
+        backend's default device: JAX's default device, or torch's default, the CPU unless
+        changed). The posterior's arrays come back as NumPy.
     progress : bool, optional
-        A progress bar (default: on a terminal, off in CI).
+        A progress bar with an ETA (default: on a terminal, off in CI).
+    log_likelihood : bool
+        Keep the pointwise log-likelihood for ArviZ (LOO, WAIC); it is computed the first time it
+        is read. False: never.
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
-        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` (NumPyro:
-        "sequential", "vectorized" or "parallel"); for SG-MCMC and VI see their docs.
+        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or
+        "vectorized"); for SG-MCMC and VI see their docs.
 
     Returns
     -------
@@ -81,42 +98,55 @@ def fit(
     >>> post.samples["mu"].shape
     (2, 200)
     """
+    progress = _want_progress(progress)
+    settings = dict(method=method, backend=backend, precision=precision, device=device,
+                    seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
     if method == "vi":
         from .inference.vi import run_vi
 
-        setup = prepare(bound, backend, precision, seed)
+        if num_chains not in (None, 1):
+            raise ConfigError(
+                f"num_chains={num_chains!r} does not apply to method='vi': VI fits one guide. "
+                "Leave num_chains out (draws from the fitted guide: num_samples), or run several "
+                "fits with different seeds."
+            )
+        setup = prepare(bound, backend, precision, seed, device)
+        setup.settings.update(settings, num_samples=num_samples)
         return run_vi(
             setup, num_samples=_positive_int("num_samples", num_samples), seed=seed,
-            progress=_want_progress(progress), **options
+            progress=progress, log_likelihood=log_likelihood, **options
         )  # fmt: skip
     entry = kernels.get(method)
-    num_samples = _positive_int("num_samples", num_samples)
-    num_warmup = _positive_int("num_warmup", num_warmup, minimum=0)
-    num_chains = _positive_int("num_chains", num_chains)
-    thinning = _positive_int("thinning", thinning)
-    setup = prepare(bound, backend, precision, seed)
+    num_chains = _positive_int("num_chains", 4 if num_chains is None else num_chains)
     common = dict(
-        num_warmup=num_warmup,
-        num_samples=num_samples,
+        num_warmup=_positive_int("num_warmup", num_warmup, minimum=0),
+        num_samples=_positive_int("num_samples", num_samples),
         num_chains=num_chains,
-        thinning=thinning,
+        thinning=_positive_int("thinning", thinning),
         seed=seed,
         init=init,
-        progress=_want_progress(progress),
+        progress=progress,
+        log_likelihood=log_likelihood,
     )
     if entry.kind == "native":
-        from .inference.native_mcmc import run_native_mcmc
-
-        allowed = {
-            "target_accept", "max_tree_depth", "num_steps", "step_size", "dense_mass", "chain_method"
-        }  # fmt: skip
-        unknown = set(options) - allowed
+        unknown = set(options) - NATIVE_OPTIONS
         if unknown:
             raise ConfigError(
                 f"unknown option(s) {sorted(unknown)} for method {method!r}; expected some of "
-                f"{sorted(allowed)}."
+                f"{sorted(NATIVE_OPTIONS)}."
             )
+    setup = prepare(bound, backend, precision, seed, device)
+    setup.settings.update(settings, num_warmup=num_warmup, num_samples=num_samples,
+                          num_chains=num_chains, thinning=thinning)  # fmt: skip
+    if entry.kind == "native":
+        from .inference.native_mcmc import run_native_mcmc
+
         return run_native_mcmc(setup, method, **common, **options)
     from .inference.sgmcmc import run_sgmcmc
 
     return run_sgmcmc(setup, entry, **common, **options)
+
+
+def _plain(value: Any) -> bool:
+    """Whether an option can be saved as a setting (JSON: numbers, strings, bools, None)."""
+    return value is None or isinstance(value, bool | int | float | str)

@@ -18,11 +18,9 @@ from typing import Any
 import numpy as np
 
 from .errors import DataError, ModelError
-from .model import array_family
+from .model import foreign_library
 from .runtime import Message, PlateFrame, Runtime
 from .sites import SiteShape, site_shape
-
-_FOREIGN = {"pyro": "jax", "numpyro": "torch"}
 
 
 @dataclass
@@ -198,7 +196,7 @@ class Evaluator(Runtime):
 
     def _factor(self, msg: Message) -> None:
         be = self.backend
-        if self.validate and array_family(msg.value) == _FOREIGN[be.name]:
+        if self.validate and self._foreign(msg.value):
             raise DataError(self._foreign_message(msg.name, "log_weight", msg.value))
         total = be.math.sum(msg.value)
         scale = msg.scale
@@ -257,7 +255,7 @@ class Evaluator(Runtime):
     def _check_params(self, msg: Message) -> None:
         be = self.backend
         for key, value in msg.fn.params.items():
-            if array_family(value) == _FOREIGN[be.name]:
+            if self._foreign(value):
                 raise DataError(self._foreign_message(msg.name, key, value))
         error = msg.fn.check_concrete(be.to_numpy)
         if error:
@@ -267,9 +265,9 @@ class Evaluator(Runtime):
 
     def _check_obs(self, msg: Message, value: Any, shape: SiteShape):
         be = self.backend
-        if array_family(value) == _FOREIGN[be.name]:
+        if self._foreign(value):
             raise DataError(self._foreign_message(msg.name, "obs", value))
-        if not hasattr(value, "shape") or array_family(value) is None:
+        if not be.is_array(value):
             value = be.asarray(np.asarray(value))
         seen = tuple(value.shape)
         if seen != shape.value:
@@ -288,9 +286,13 @@ class Evaluator(Runtime):
             )
         return value
 
+    def _foreign(self, value: Any) -> bool:
+        """Whether ``value`` is an array of another array library than the backend's."""
+        return not self.backend.is_array(value) and foreign_library(value) is not None
+
     def _foreign_message(self, site: str, what: str, value: Any) -> str:
         return (
-            f"site {site!r}: {what} is a {array_family(value)} array, but the model runs on the "
+            f"site {site!r}: {what} is a {foreign_library(value)} array, but the model runs on the "
             f"{self.backend.name!r} backend. Use ppl_bdl.math and bound data instead of "
             "torch/jax functions inside the model."
         )

@@ -9,7 +9,6 @@ U(θ) = −log p(θ, D) (minus log-Jacobians) of a flat vector, optionally on a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +26,7 @@ def trace_model(
 
     if not isinstance(bound, BoundModel):
         raise ModelError(_unbound_message(bound))
-    with backend.precision_scope():
+    with backend.scope():
         key = backend.random.key(seed)
         ev = Evaluator(
             backend, key=key, missing=missing, values=values, validate=validate, record=True
@@ -134,68 +133,83 @@ class LatentLayout:
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def make_potential(
-    bound,
-    backend,
-    layout: LatentLayout,
-    params: dict | None = None,
-    exclude: frozenset = frozenset(),
-) -> Callable:
-    """U(θ, batch) = −log p(θ, D_batch) − log|J|, for a flat unconstrained θ.
+class ModelDensity:
+    """The model's potential energy and its replays, with the data's arrays passed explicitly.
 
-    ``batch`` maps a plate name to the minibatch indices; the sites in that plate are scaled by
-    N / |batch| (the chapter's Eq. 2.8), so U is an unbiased estimate of the full-data potential.
-    ``exclude`` leaves the named latent sites' own log density out (see ``Evaluator``). The
-    model's ``param`` values are ``params``, or those passed per call (VI optimises them).
+    U(θ) = −log p(θ, D) − log|J| for a flat unconstrained θ (:meth:`potential`), or for a dict of
+    unconstrained site values (:meth:`site_potential`). ``batch`` maps a plate name to minibatch
+    indices: the sites in that plate are scaled by N / |batch| (the chapter's Eq. 2.8), so U is
+    an unbiased estimate of the full-data potential. ``exclude`` leaves the named latent sites'
+    own log density out (see ``Evaluator``). The model's ``param`` values are ``params``, or
+    those passed per call (VI optimises them).
+
+    ``data`` is the list of the bound data's arrays (:meth:`BoundModel.data_arrays`; the
+    bound model's own by default): compiled loops pass it as an argument, so the data is never
+    baked into a compiled program.
+
+    Example
+    -------
+    >>> import numpy as np, ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> from ppl_bdl.layout import LatentLayout, ModelDensity, trace_model
+    >>> @bdl.model
+    ... def m(y):
+    ...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
+    ...     bdl.sample("y", dist.Normal(mu, 1.0), obs=y)
+    >>> be = bdl.backends.get("numpyro")
+    >>> bound = m(np.array(0.0))
+    >>> layout = LatentLayout.from_sites(trace_model(bound, be), be)
+    >>> density = ModelDensity(bound, be, layout)
+    >>> with be.activate():
+    ...     value, grad = density.value_and_grad(be.asarray([1.0]))
+    >>> round(float(value), 4), np.asarray(grad).tolist()
+    (2.8379, [2.0])
     """
-    site_potential = make_site_potential(bound, backend, params, exclude)
 
-    def potential(flat, batch=None, params=None):
-        return site_potential(layout.unflatten(flat), batch, params)
+    def __init__(
+        self, bound, backend, layout: LatentLayout, params: dict | None = None,
+        exclude: frozenset = frozenset(),
+    ):  # fmt: skip
+        self.bound, self.backend, self.layout = bound, backend, layout
+        self.params, self.exclude = params, exclude
+        self.data, self._template = bound.data_arrays(backend)
 
-    return potential
+    def _run(self, evaluator: Evaluator, data) -> Evaluator:
+        from .model import fill_data
 
+        args, kwargs = fill_data(self._template, self.data if data is None else data)
+        with evaluator:
+            self.bound.model.fn(*args, **kwargs)
+        return evaluator
 
-def make_site_potential(
-    bound, backend, params: dict | None = None, exclude: frozenset = frozenset()
-) -> Callable:
-    """The same potential as :func:`make_potential`, of a dict of unconstrained site values (a
-    gradient per site is cheaper on JAX than one through the slices of a flat vector)."""
-    args, kwargs = bound.data_for(backend)
-    fn = bound.model.fn
-    default_params = params
-
-    def potential(sites, batch=None, params=None):
+    def site_potential(self, sites: dict, data=None, batch=None, params=None):
         ev = Evaluator(
-            backend,
-            unconstrained=sites,
-            params=default_params if params is None else params,
-            batch=batch,
-            exclude=exclude,
-        )
-        with ev:
-            fn(*args, **kwargs)
-        return -ev.log_joint
+            self.backend, unconstrained=sites, params=self.params if params is None else params,
+            batch=batch, exclude=self.exclude,
+        )  # fmt: skip
+        return -self._run(ev, data).log_joint
 
-    return potential
+    def potential(self, flat, data=None, batch=None, params=None):
+        return self.site_potential(self.layout.unflatten(flat), data, batch, params)
 
+    def value_and_grad(self, flat, data=None, batch=None, params=None):
+        """(U, ∇U) at a flat θ. Differentiated per site and concatenated: the backward pass of
+        slicing one flat vector (pads and adds) costs more than that on JAX."""
+        be = self.backend
+        value, grads = be.value_and_grad(
+            lambda sites: self.site_potential(sites, data, batch, params)
+        )(self.layout.unflatten(flat))
+        return value, self.layout.flatten(grads, be)
 
-def make_replay(bound, backend, layout: LatentLayout, params: dict | None = None) -> Callable:
-    """Replay the model at one flat draw; return constrained latents, deterministics and the
-    pointwise log-likelihood of each observed site (for ArviZ's log_likelihood group)."""
-    args, kwargs = bound.data_for(backend)
-    fn = bound.model.fn
-
-    def replay(flat):
-        ev = Evaluator(backend, unconstrained=layout.unflatten(flat), params=params, record=True)
-        with ev:
-            fn(*args, **kwargs)
-        values = {
-            name: site.value
-            for name, site in ev.sites.items()
-            if site.kind in ("latent", "deterministic")
-        }
-        loglik = {name: site.log_prob for name, site in ev.sites.items() if site.kind == "observed"}
-        return values, loglik
-
-    return replay
+    def replay(self, flat, data=None, log_likelihood: bool = True):
+        """Constrained latents and deterministics at one flat draw, and (optionally) the
+        pointwise log-likelihood of each observed site (ArviZ's log_likelihood group)."""
+        ev = Evaluator(
+            self.backend, unconstrained=self.layout.unflatten(flat), params=self.params,
+            record=True,
+        )  # fmt: skip
+        sites = self._run(ev, data).sites
+        values = {n: s.value for n, s in sites.items() if s.kind in ("latent", "deterministic")}
+        if not log_likelihood:
+            return values, {}
+        return values, {n: s.log_prob for n, s in sites.items() if s.kind == "observed"}

@@ -24,13 +24,21 @@ import numpy as np
 
 from .errors import DataError, ModelError
 
-_FAMILIES = {"torch": "pyro", "jax": "numpyro", "jaxlib": "numpyro"}
 
+def foreign_library(value: Any) -> str | None:
+    """The library of an array that is not a NumPy array (e.g. 'torch', 'jax'), else None.
 
-def array_family(x: Any) -> str | None:
-    """'torch' or 'jax' for a backend array, None for anything else (no import needed)."""
-    root = type(x).__module__.split(".", 1)[0]
-    return "jax" if root == "jaxlib" else root if root in ("torch", "jax") else None
+    Read off the value's type, without importing anything: used to keep arrays of an array
+    library as they are at bind time and to name the library in errors."""
+    if isinstance(value, np.ndarray | np.generic):
+        return None
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        return None
+    # The most basic class that is not ``object`` names the library (jax's ArrayImpl lives in
+    # jaxlib but derives from jax.Array).
+    bases = [c for c in type(value).__mro__ if c is not object]
+    root = bases[-1].__module__.split(".", 1)[0]
+    return None if root in ("numpy", "builtins") else root
 
 
 class Model:
@@ -82,17 +90,27 @@ class BoundModel:
         return self.model.name
 
     def data_for(self, backend) -> tuple[tuple, dict]:
-        """The bound data as ``backend`` arrays, converted once per backend and precision."""
-        key = (backend.name, backend.precision)
+        """The bound data as ``backend`` arrays on its device, converted once per backend."""
+        key = (backend.name, backend.precision, backend.device)
         if key not in self._converted:
             args = tuple(_to_backend(a, backend, f"argument {i}") for i, a in enumerate(self.args))
             kwargs = {k: _to_backend(v, backend, f"argument {k!r}") for k, v in self.kwargs.items()}
             self._converted[key] = (args, kwargs)
         return self._converted[key]
 
-    def run_with(self, runtime) -> Any:
-        """Run the model function under ``runtime`` (a :class:`~ppl_bdl.runtime.Runtime`)."""
-        args, kwargs = self.data_for(runtime.backend)
+    def data_arrays(self, backend) -> tuple[list, Any]:
+        """The bound data split into its arrays (a list, to pass to compiled functions as
+        arguments rather than bake into them as constants) and a template holding the rest;
+        :func:`fill_data` puts them back together."""
+        args, kwargs = self.data_for(backend)
+        arrays: list = []
+        template = _split((args, kwargs), backend.is_array, arrays)
+        return arrays, template
+
+    def run_with(self, runtime, data: Any = None) -> Any:
+        """Run the model function under ``runtime`` (a :class:`~ppl_bdl.runtime.Runtime`), on the
+        bound data or on ``data`` (``(args, kwargs)`` of the same structure)."""
+        args, kwargs = self.data_for(runtime.backend) if data is None else data
         with runtime:
             return self.model.fn(*args, **kwargs)
 
@@ -119,7 +137,7 @@ class BoundModel:
         be = get_backend(backend, precision=precision)
 
         def native_model():
-            with be.precision_scope():
+            with be.scope():
                 return self.run_with(Lowering(be))
 
         native_model.__name__ = f"{self.name}_{be.name}"
@@ -130,14 +148,44 @@ class BoundModel:
         return f"<ppl_bdl.BoundModel {self.name}>"
 
 
+def fill_data(template: Any, arrays: list) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` from a template of :meth:`BoundModel.data_arrays` and its arrays."""
+    return _fill(template, iter(arrays))
+
+
+class _Slot:
+    """Where an array was taken out of the data (see :meth:`BoundModel.data_arrays`)."""
+
+
+def _split(value: Any, is_array, arrays: list) -> Any:
+    if is_array(value):
+        arrays.append(value)
+        return _Slot
+    if isinstance(value, tuple | list):
+        return type(value)(_split(v, is_array, arrays) for v in value)
+    if isinstance(value, dict):
+        return {k: _split(v, is_array, arrays) for k, v in value.items()}
+    return value
+
+
+def _fill(template: Any, arrays) -> Any:
+    if template is _Slot:
+        return next(arrays)
+    if isinstance(template, tuple | list):
+        return type(template)(_fill(v, arrays) for v in template)
+    if isinstance(template, dict):
+        return {k: _fill(v, arrays) for k, v in template.items()}
+    return template
+
+
 def _to_host(value: Any, where: str) -> Any:
     """Normalise user data at bind time: pandas and lists become NumPy; backend arrays are kept."""
     if value is None or isinstance(value, str | bool | int | float | np.ndarray | np.generic):
         return value
-    if array_family(value) is not None:
-        return value
     if hasattr(value, "to_numpy") and callable(value.to_numpy):  # pandas Series / DataFrame
         return np.asarray(value.to_numpy())
+    if foreign_library(value) is not None:  # an array library's array: kept as it is
+        return value
     if isinstance(value, list | tuple):
         try:
             return np.asarray(value)
@@ -151,13 +199,13 @@ def _to_host(value: Any, where: str) -> Any:
 def _to_backend(value: Any, backend, where: str) -> Any:
     if isinstance(value, dict):
         return {k: _to_backend(v, backend, f"{where}[{k!r}]") for k, v in value.items()}
-    family = array_family(value)
-    if family is not None and _FAMILIES[family] != backend.name:
-        raise DataError(
-            f"{where} is a {family} array but the model runs on the {backend.name!r} backend. Bind "
-            "NumPy arrays (they are converted once to the backend chosen at fit time), or convert it "
-            "with np.asarray(...)."
-        )
-    if isinstance(value, np.ndarray) or family is not None:
+    if isinstance(value, np.ndarray) or backend.is_array(value):
         return backend.asarray(value)
+    library = foreign_library(value)
+    if library is not None:
+        raise DataError(
+            f"{where} is a {library} array but the model runs on the {backend.name!r} backend. "
+            "Bind NumPy arrays (they are converted once to the backend chosen at fit time), or "
+            "convert it with np.asarray(...)."
+        )
     return value

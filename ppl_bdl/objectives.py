@@ -1,6 +1,6 @@
 """Variational objectives, written once against the Backend interface.
 
-Each builds a loss ``loss(phi, key, batch_indices) -> scalar`` (the negative objective) from a
+Each builds a loss ``loss(phi, noise, batch) -> scalar`` (the negative objective) from a
 guide over the flat unconstrained latent vector and the model's potential U(θ) = −log p(θ, D) −
 log|J| (:func:`~ppl_bdl.layout.make_potential`). With log weights log w_k = −U(θ_k) − log q(θ_k),
 θ_k ~ q reparameterised:
@@ -143,13 +143,15 @@ def make_loss(
     guide, potential, config: ObjectiveConfig, backend, plate: str | None, kl=None,
     model_params=None,
 ):  # fmt: skip
-    """The loss ``loss(params, key, x) -> scalar``: the negative objective at the guide
-    parameters ``params`` (a dict, see ``guide.param_layout``); ``x`` holds the minibatch
-    indices of ``plate`` (None: full batch).
+    """The loss ``loss(params, noise, batch) -> scalar``: the negative objective at the guide
+    parameters ``params`` (a dict, see ``guide.param_layout``), for the guide's standard-normal
+    ``noise`` (``guide.noise_shape(K)``; a random key for a guide that draws itself) and
+    ``batch`` (:class:`~ppl_bdl.inference.driver.Batch`: the data's arrays and the minibatch
+    indices of ``plate``, None for a full batch). ``potential(theta, data, indices, params)``.
 
     With ``model_params`` (a :class:`ModelParams`), ``params`` also holds the model's own
     ``param`` sites (unconstrained, prefixed ``model.``), optimised as point estimates, and
-    ``potential(theta, batch, model_params)`` receives them constrained.
+    ``potential`` receives them constrained.
     """
     m = backend.math
     K = config.num_particles
@@ -161,21 +163,27 @@ def make_loss(
         log_prior_scale = float(np.sum(np.log(kl.prior_scale) * (1.0 - kl.mask)))
         only_analytic = not kl.mask.any()
 
-    def loss(params, key, x):
-        batch = None if x is None else {plate: x}
+    def draw(params, noise, num, mask=None):
+        if guide.noise_shape(num) is None:  # noise is a key
+            return guide.sample(params, noise, num, mask=mask)
+        return guide.transform(params, noise, mask=mask)
+
+    def loss(params, noise, batch):
+        data = batch.data
+        indices = None if batch.indices is None else {plate: batch.indices}
         extra = None
         if model_params is not None:
             extra = model_params.constrained(params, m)
             params = {k: v for k, v in params.items() if not k.startswith(MODEL_PREFIX)}
 
-        def potentials(theta, batch):
+        def potentials(theta):
             if K == 1:
-                return m.reshape(potential(theta[0], batch, extra), (1,))
-            return backend.vmap(lambda t: potential(t, batch, extra))(theta)
+                return m.reshape(potential(theta[0], data, indices, extra), (1,))
+            return backend.vmap(lambda t: potential(t, data, indices, extra))(theta)
 
         if kl is not None:
-            theta, log_q = guide.sample(params, key, K, mask=mask)
-            u = potentials(theta, batch)
+            theta, log_q = draw(params, noise, K, mask=mask)
+            u = potentials(theta)
             loc, scale = guide.loc_scale(params)
             diff = (loc - prior_loc) / prior_scale
             ratio = scale / prior_scale
@@ -184,8 +192,8 @@ def make_loss(
             if only_analytic:
                 return m.mean(u) + kl_total
             return m.mean(u + log_q) + kl_total
-        theta, log_q = guide.sample(params, key, K)
-        log_w = -potentials(theta, batch) - log_q
+        theta, log_q = draw(params, noise, K)
+        log_w = -potentials(theta) - log_q
         if config.name == "elbo" or (config.name == "renyi" and config.alpha == 1.0):
             return -m.mean(log_w)
         one_minus = 1.0 if config.name == "iwae" else 1.0 - config.alpha

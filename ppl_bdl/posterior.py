@@ -74,9 +74,6 @@ class Posterior:
     def num_draws(self) -> int:
         return next(iter(self.samples.values())).shape[1]
 
-    def params_for(self, backend) -> dict:
-        return {k: backend.asarray(v) for k, v in self.params.items()}
-
     # -- ArviZ --------------------------------------------------------------------------------
     def to_arviz(self, posterior_predictive: bool = False, seed: int = 0):
         """An ``arviz.InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x).
@@ -113,17 +110,21 @@ class Posterior:
 
     # -- prediction ---------------------------------------------------------------------------
     def predict(
-        self, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None
-    ):
+        self, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None,
+        device: str | None = None,
+    ):  # fmt: skip
         """Posterior predictive at new inputs: ``post.predict(model(X_new))``.
 
         Returns a :class:`~ppl_bdl.predictive.PredictiveResult` with the draws of each predicted
         site and, per point, the mean and the split of the predictive uncertainty into aleatoric
-        and epistemic parts.
+        and epistemic parts. The model is compiled once per shape of its inputs and run in
+        chunks of draws and of points; ``device`` is where it runs (default: the backend's).
         """
         from .predictive import posterior_predictive
 
-        return posterior_predictive(self, bound, num_samples=num_samples, seed=seed, site=site)
+        return posterior_predictive(
+            self, bound, num_samples=num_samples, seed=seed, site=site, device=device
+        )
 
     # -- saving -------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -24,11 +24,11 @@ import numpy as np
 from . import uncertainty as U
 from .backends import get as get_backend
 from .errors import ConfigError, ModelError
-from .interpreter import Evaluator
 from .layout import _unbound_message, trace_model
 from .model import BoundModel
+from .predictive_runner import CLASSIFIERS, run_predictive
 
-_CLASSIFIERS = ("Categorical", "Bernoulli")
+_CLASSIFIERS = CLASSIFIERS
 
 
 @dataclass
@@ -117,44 +117,6 @@ def _summaries(values: dict, site: str, spec_name: str, shape: tuple) -> dict:
     )
 
 
-def _run(bound, be, values: dict, num_samples: int, seed: int, params: dict, keep: set | None):
-    """Draw every site not in ``values`` once per row of ``values``; return draws and moments."""
-    args, kwargs = bound.data_for(be)
-    fn = bound.model.fn
-
-    def one(vals, key):
-        ev = Evaluator(
-            be, values=vals, params=params, key=key, predictive=True, missing="prior", record=True
-        )
-        with ev:
-            fn(*args, **kwargs)
-        draws, moments = {}, {}
-        for name, site in ev.sites.items():
-            if name in vals or site.kind in ("param", "factor"):
-                continue
-            if keep is not None and name not in keep:
-                continue
-            draws[name] = site.value
-            if site.kind in ("latent", "observed") and site.spec is not None:
-                if site.spec.name in _CLASSIFIERS:
-                    moments[name] = {"probs": site.native.probs}
-                elif not site.spec.is_discrete or site.spec.name in ("Poisson", "Binomial"):
-                    moments[name] = {"mean": site.native.mean, "variance": site.native.variance}
-        return draws, moments
-
-    with be.precision_scope(), be.activate():
-        keys = be.random.keys(be.random.key(seed), num_samples)
-        batched = {k: be.asarray(v) for k, v in values.items()}
-        if batched:
-            draws, moments = be.jit(be.vmap(one))(batched, keys)
-        else:
-            draws, moments = be.jit(be.vmap(lambda key: one({}, key)))(keys)
-        to_np = be.to_numpy
-        draws = {k: to_np(v) for k, v in draws.items()}
-        moments = {k: {m: to_np(a) for m, a in v.items()} for k, v in moments.items()}
-    return draws, moments
-
-
 def _result(sites: dict, draws, moments, site):
     """Summaries for ``site``, by default the last predicted site of the model (the likelihood).
     ``sites`` is a validating trace of the model (only shapes and specs are read)."""
@@ -173,36 +135,54 @@ def _result(sites: dict, draws, moments, site):
 
 
 def posterior_predictive(
-    posterior, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None
-):
-    """Draws of the sites ``bound`` predicts, one per posterior draw (or ``num_samples`` of them)."""
+    posterior, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None,
+    device: str | None = None,
+):  # fmt: skip
+    """Draws of the sites ``bound`` predicts, one per posterior draw (or ``num_samples`` of them).
+
+    The model's latent sites are taken from the posterior; a global latent site (outside every
+    plate) that the posterior lacks is an error. Latent sites inside a plate that the posterior
+    lacks (new groups' effects, say) are drawn from their prior given the rest."""
     if not isinstance(bound, BoundModel):
         raise ModelError(_unbound_message(bound))
-    be = get_backend(posterior.backend, precision=posterior.precision)
+    be = get_backend(posterior.backend, precision=posterior.precision, device=device)
     # Validate the new inputs once ("uniform" draws also work for flat priors).
     sites = trace_model(bound, be, seed=seed, missing="uniform")
+    missing = [
+        n for n, s in sites.items()
+        if s.kind == "latent" and not s.plates and n not in posterior.latent_names
+    ]  # fmt: skip
+    if missing:
+        raise ModelError(
+            f"model {bound.name!r} has latent site(s) {missing} that the posterior (of "
+            f"{posterior.model_name or 'another model'!r}, latent sites {posterior.latent_names}) "
+            "does not have: predicting would draw them from their prior. Predict with the model "
+            "the posterior was fitted to (same site names), or fit this model."
+        )
     latents = {k: v for k, v in posterior.samples.items() if k in posterior.latent_names}
+    latents = {k: v for k, v in latents.items() if k in sites}
     flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in latents.items()}
     total = next(iter(flat.values())).shape[0] if flat else 1
     if num_samples is not None:
-        if num_samples < 1:
-            raise ConfigError(f"num_samples must be >= 1, got {num_samples!r}.")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ConfigError(f"num_samples must be an int >= 1, got {num_samples!r}.")
         rng = np.random.default_rng(seed)
         idx = rng.choice(total, size=num_samples, replace=num_samples > total)
         flat = {k: v[idx] for k, v in flat.items()}
         total = num_samples
     # Sites the new model shares with the posterior are substituted; the others are predicted.
-    draws, moments = _run(bound, be, flat, total, seed, posterior.params_for(be), keep=None)
     # Deterministics of the posterior are recomputed at the new inputs, not kept from training.
+    draws, moments = run_predictive(bound, be, flat, total, seed, posterior.params, sites)
     return _result(sites, draws, moments, site)
 
 
 def prior_predictive(
     bound,
-    backend: str = "numpyro",
+    backend: str | None = None,
     num_samples: int = 500,
     seed: int = 0,
     precision: str = "float32",
+    device: str | None = None,
 ) -> PredictiveResult:
     """Draws of every site from the prior (and the likelihood), ``num_samples`` times.
 
@@ -220,7 +200,7 @@ def prior_predictive(
     """
     if not isinstance(bound, BoundModel):
         raise ModelError(_unbound_message(bound))
-    be = get_backend(backend, precision=precision)
+    be = get_backend(backend, precision=precision, device=device)
     sites = trace_model(bound, be, seed=seed, missing="prior")  # validate once: clear errors
-    draws, moments = _run(bound, be, {}, num_samples, seed, {}, keep=None)
+    draws, moments = run_predictive(bound, be, {}, num_samples, seed, {}, sites)
     return _result(sites, draws, moments, None)

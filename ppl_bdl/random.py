@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .prefetch import active_source
 from .runtime import current_backend
 
 
@@ -34,14 +33,8 @@ def split(key: Any, num: int = 2) -> tuple:
 
 
 def normal(key: Any, shape: tuple[int, ...], backend: Any = None) -> Any:
-    """Standard normal draws of ``shape`` (on ``backend``, default the active one).
-
-    Inside a compiled loop the draws may come pre-drawn for the whole chunk
-    (:mod:`ppl_bdl.prefetch`); they are the same in distribution.
-    """
-    draw = (backend or current_backend()).random.normal
-    source = active_source()
-    return draw(key, shape) if source is None else source.normal(draw, key, shape)
+    """Standard normal draws of ``shape`` (on ``backend``, default the active one)."""
+    return (backend or current_backend()).random.normal(key, shape)
 
 
 def uniform(key: Any, shape: tuple[int, ...], low: float = 0.0, high: float = 1.0) -> Any:

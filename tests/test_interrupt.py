@@ -1,4 +1,5 @@
-"""A long run interrupted (Ctrl-C) keeps what it had: the error carries the partial result."""
+"""A long run interrupted (Ctrl-C) keeps what it had: the error carries the partial result, for
+SG-MCMC, VI and NUTS on every backend."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.backends.base import LoopResult
+from ppl_bdl.backend_protocol import LoopResult
 
 
 @bdl.model
@@ -17,28 +18,28 @@ def mean_model(y):
         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
 
 
-def _interrupt_second_chunk(monkeypatch, backend_name, when="read"):
-    """Make the backend's compiled loops raise KeyboardInterrupt at their second chunk: when the
-    driver reads its result (``when="read"``: where Ctrl-C lands while a chunk runs, on every
-    backend) or when the chunk is called (``"call"``: on JAX that is while the chunk before it
-    is still running, queued ahead of it)."""
+class _Interrupt:
+    """Stands for a chunk's step count: reading it is where Ctrl-C lands while a chunk runs."""
+
+    def __int__(self):
+        raise KeyboardInterrupt
+
+
+def _interrupt_second_chunk(monkeypatch, backend_name):
+    """Make the backend's compiled loops raise KeyboardInterrupt when the driver reads the
+    result of their second chunk."""
     be = bdl.backends.get(backend_name)
     original = type(be).compile_loop
 
-    def interrupt():
-        raise KeyboardInterrupt
-
-    def compile_loop(self, step, *args, **options):
-        runner = original(self, step, *args, **options)
+    def compile_loop(self, step, emit):
+        runner = original(self, step, emit)
         calls = {"n": 0}
 
         def interrupted(*args, **kwargs):
             calls["n"] += 1
-            if calls["n"] == 2 and when == "call":
-                raise KeyboardInterrupt
             result = runner(*args, **kwargs)
             if calls["n"] == 2:
-                return LoopResult(result.carry, result.outputs, interrupt)
+                return LoopResult(result.carry, result.infos, result.rows, _Interrupt(), 0)
             return result
 
         return interrupted
@@ -49,49 +50,30 @@ def _interrupt_second_chunk(monkeypatch, backend_name, when="read"):
 Y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
 
 
-def _fit_sgld(backend):
-    """SG-MCMC in chunks of 40 steps: 20 warmup, then a draw per step."""
-    return bdl.fit(mean_model(Y), backend=backend, method="sgld", step_size=1e-3, num_warmup=20,
-                   num_samples=100, num_chains=1, chunk_size=40, progress=False)  # fmt: skip
-
-
-def _fit_vi(backend):
-    """VI in chunks of 200 steps."""
-    return bdl.fit(mean_model(Y), backend=backend, method="vi", num_steps=1000, lr=0.05,
-                   chunk_size=200, num_samples=10, progress=False)  # fmt: skip
-
-
 def test_sgmcmc_interrupted_keeps_draws(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
     with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
-        _fit_sgld(backend)
-    partial = info.value.partial
-    assert partial.samples["mu"].shape == (1, 20)  # steps 20..39 of the first chunk were kept
+        bdl.fit(mean_model(Y), backend=backend, method="sgld", step_size=1e-3, num_warmup=20,
+                num_samples=100, num_chains=1, chunk_size=40, progress=False)  # fmt: skip
+    assert info.value.partial.samples["mu"].shape == (1, 20)  # steps 20..39 of the first chunk
 
 
 def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
     with pytest.raises(bdl.InferenceError, match="interrupted at step 200") as info:
-        _fit_vi(backend)
+        bdl.fit(mean_model(Y), backend=backend, method="vi", num_steps=1000, lr=0.05,
+                chunk_size=200, num_samples=10, progress=False)  # fmt: skip
     partial = info.value.partial
     assert partial.losses.shape == (200,)
     assert partial.samples["mu"].shape == (1, 10)
 
 
-def test_interrupt_while_a_chunk_is_queued_ahead_drops_the_unread_chunks(monkeypatch):
-    """On JAX the next chunk is queued before the running one is read; Ctrl-C then stops at
-    once, and the chunks not read yet are dropped (the run keeps what it had read)."""
-    _interrupt_second_chunk(monkeypatch, "numpyro", when="call")
-    with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
-        _fit_sgld("numpyro")
-    assert info.value.partial is None
-    with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
-        _fit_vi("numpyro")
-    assert info.value.partial.losses.shape == (0,)
-
-
-def test_interrupt_during_a_synchronous_call_keeps_the_chunks_before(monkeypatch):
-    _interrupt_second_chunk(monkeypatch, "pyro", when="call")
-    with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
-        _fit_sgld("pyro")
-    assert info.value.partial.samples["mu"].shape == (1, 20)
+def test_nuts_interrupted_keeps_draws(backend, monkeypatch):
+    _interrupt_second_chunk(monkeypatch, backend)
+    with pytest.raises(bdl.InferenceError, match="NUTS was interrupted at step 60") as info:
+        bdl.fit(mean_model(Y), backend=backend, method="nuts", num_warmup=30, num_samples=100,
+                num_chains=1, chunk_size=60, progress=False)  # fmt: skip
+    partial = info.value.partial
+    assert partial.samples["mu"].shape == (1, 30)  # draws 30..59 of the first chunk
+    assert partial.sample_stats["diverging"].shape == (1, 30)
+    assert abs(partial.samples["mu"].mean() - Y.mean()) < 0.5

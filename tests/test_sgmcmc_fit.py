@@ -80,7 +80,7 @@ def test_shapes_thinning_stats_and_arviz(backend):
         num_samples=30, thinning=3, num_chains=2, seed=0, progress=False,
     )  # fmt: skip
     assert post.samples["w"].shape == (2, 30, 2)
-    assert set(post.sample_stats) == {"step_size", "grad_norm", "kinetic_energy"}
+    assert set(post.sample_stats) == {"step_size", "grad_norm", "kinetic_energy", "potential"}
     assert all(v.shape == (2, 30) for v in post.sample_stats.values())
     idata = post.to_arviz()
     assert "sample_stats" in idata.groups() and "log_likelihood" in idata.groups()
@@ -125,7 +125,7 @@ def test_schedules_through_fit(backend):
 
 # -- a user-registered kernel ----------------------------------------------------------------------
 @bdl.kernels.register("sgnht", overwrite=True)
-def sgnht(diffusion: float = 1.0) -> Kernel:
+def sgnht(value_and_grad, diffusion: float = 1.0) -> Kernel:
     """Stochastic gradient Nosé-Hoover thermostat (Ding et al., 2014), in the learning-rate form:
     v ← v − ξ v − η ∇Ũ + √(2 A η) ε, θ ← θ + v, ξ ← ξ + (vᵀv / d − η)."""
 
@@ -136,14 +136,15 @@ def sgnht(diffusion: float = 1.0) -> Kernel:
             "xi": bm.sum(position * 0.0) + diffusion,
         }
 
-    def step(key, state, grad_fn, step_size):
-        grad = grad_fn(state["position"])
+    def step(key, state, minibatch, step_size):
+        potential, grad = value_and_grad(state["position"], minibatch)
         noise = br.normal(key, tuple(state["position"].shape))
         v = state["velocity"]
         v = v - state["xi"] * v - step_size * grad + bm.sqrt(2.0 * diffusion * step_size) * noise
         xi = state["xi"] + bm.mean(v * v) - step_size
         new = {"position": state["position"] + v, "velocity": v, "xi": xi}
-        return new, {"step_size": step_size, "grad_norm": bm.norm(grad), "thermostat": xi}
+        info = {"step_size": step_size, "grad_norm": bm.norm(grad), "thermostat": xi}
+        return new, dict(info, potential=potential)
 
     return Kernel(init, step)
 

@@ -30,7 +30,12 @@ def _run_toy(settings: dict, chains: int = 100, steps: int = 10_000, burn: int =
     import jax.numpy as jnp
 
     be = bdl.backends.get("numpyro")
-    kernel = bdl.kernels.get("sghmc").factory(**settings)
+
+    def noisy_value_and_grad(theta, key_grad):  # the minibatch is the gradient noise's key
+        noise = 2.0 * jax.random.normal(key_grad, theta.shape)
+        return (theta**4 - 2 * theta**2).sum(), 4 * theta**3 - 4 * theta + noise
+
+    kernel = bdl.kernels.get("sghmc").factory(noisy_value_and_grad, **settings)
 
     def chain(key, x0):
         with be.activate():
@@ -38,12 +43,8 @@ def _run_toy(settings: dict, chains: int = 100, steps: int = 10_000, burn: int =
 
         def body(state, key):
             key_grad, key_step = jax.random.split(key)
-
-            def noisy_grad(theta):
-                return 4 * theta**3 - 4 * theta + 2.0 * jax.random.normal(key_grad, theta.shape)
-
             with be.activate():
-                state, _ = kernel.step(key_step, state, noisy_grad, 0.01)
+                state, _ = kernel.step(key_step, state, key_grad, 0.01)
             return state, state["position"][0]
 
         _, xs = jax.lax.scan(body, state, jax.random.split(key, steps))
@@ -71,19 +72,23 @@ def test_naive_sghmc_without_friction_does_not_match():
     assert not np.isfinite(m4) or abs(m4 / e4 - 1) > 0.1 or abs(m2 / e2 - 1) > 0.05
 
 
+def _quadratic(x, minibatch):
+    return 0.5 * (x * x).sum(), x
+
+
 @pytest.mark.parametrize("method", ["sgld", "sghmc", "psgld", "csgld", "csghmc"])
 def test_kernel_contract_on_both_backends(backend, method):
     be = bdl.backends.get(backend)
     settings = {"num_steps": 10} if method.startswith("c") else {}
-    kernel = bdl.kernels.get(method).factory(**settings)
+    kernel = bdl.kernels.get(method).factory(_quadratic, **settings)
     with be.activate():
         state = kernel.init(be.asarray(np.array([1.0, -1.0])))
         key = bdl.random.key(0)
         for _ in range(3):
             key, sub = bdl.random.split(key)
-            state, info = kernel.step(sub, state, lambda x: x, be.asarray(0.01))
+            state, info = kernel.step(sub, state, None, be.asarray(0.01))
     assert "position" in state and tuple(state["position"].shape) == (2,)
-    assert {"step_size", "grad_norm"} <= set(info)
+    assert {"step_size", "grad_norm", "potential"} <= set(info)
     if method in ("sghmc", "csghmc"):
         assert "kinetic_energy" in info
     assert all(np.ndim(be.to_numpy(v)) == 0 for v in info.values())
@@ -117,10 +122,10 @@ def test_sampling_stage_mask():
         (lambda: make_schedule("cosine", 0.1, num_steps=10), "unknown schedule 'cosine'"),
         (lambda: make_schedule("constant", -0.1, num_steps=10), "step_size must be a positive"),
         (lambda: cyclical_step_size(0.1, num_steps=3, num_cycles=5), "num_cycles=5"),
-        (lambda: bdl.kernels.get("sghmc").factory(friction=1.0, momentum_decay=0.1), "not both"),
-        (lambda: bdl.kernels.get("sgld").factory(temperature=-1.0), "temperature"),
-        (lambda: bdl.kernels.get("psgld").factory(decay=1.0), "decay"),
-        (lambda: bdl.kernels.get("csgld").factory(num_steps=10, exploration=1.0), "exploration"),
+        (lambda: bdl.kernels.get("sghmc").factory(_quadratic, friction=1.0, momentum_decay=0.1), "not both"),
+        (lambda: bdl.kernels.get("sgld").factory(_quadratic, temperature=-1.0), "temperature"),
+        (lambda: bdl.kernels.get("psgld").factory(_quadratic, decay=1.0), "decay"),
+        (lambda: bdl.kernels.get("csgld").factory(_quadratic, num_steps=10, exploration=1.0), "exploration"),
     ],
 )
 def test_kernel_and_schedule_settings_errors(call, match):

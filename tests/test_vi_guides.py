@@ -141,7 +141,7 @@ def test_guide_log_prob_matches_sampling_density(guide, kw):
                        lr=0.05, num_samples=3, progress=False, precision="float64", **kw)  # fmt: skip
         g = post.guide.guide
         be = g.backend
-        with be.precision_scope(), be.activate():
+        with be.scope(), be.activate():
             params = g.unpack(be.asarray(post.guide.phi))
             theta, log_q = g.sample(params, be.random.key(0), 5)
             again = g.log_prob(params, theta)

@@ -10,6 +10,7 @@ import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl import math as bm
 from ppl_bdl.inference.common import prepare
+from ppl_bdl.inference.driver import Batch
 from ppl_bdl.inference.vi import VIRun
 
 SIGMA = np.array([[2.0, 1.5], [1.5, 1.6]])
@@ -56,13 +57,15 @@ def _bound(backend, objective, K, draws=400, **kw):
     run = VIRun(setup, 0, objective=objective, num_particles=K, init_scale=0.5, kl="mc", **kw)
     be = setup.backend
     values = []
-    with be.precision_scope(), be.activate():
+    with be.scope(), be.activate():
         params = run.guide.unpack(be.asarray(run.guide.initial_flat()))
         key = be.random.key(3)
         loss = be.jit(run.loss)
+        batch = Batch(run.density.data, None)
         for _ in range(draws):
             key, sub = be.random.split(key)
-            values.append(-float(be.to_numpy(loss(params, sub, None))))
+            noise = be.random.normal(sub, run.guide.noise_shape(K))
+            values.append(-float(be.to_numpy(loss(params, noise, batch))))
     values = np.asarray(values)
     return values.mean(), values.std() / np.sqrt(draws)
 

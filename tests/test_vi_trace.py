@@ -36,11 +36,14 @@ def _posterior_mean(y):
 
 def test_traced_loss_is_used_and_fits(recwarn):
     y = np.random.default_rng(0).normal(1.5, 1.0, size=200)
+    # A cosine schedule: at a constant lr of 0.05 Adam's steps keep the mean moving by about
+    # half a posterior sd at the end; decayed, it settles (over seeds 0-3 and both backends the
+    # error was 0.00-0.14 sd, the Monte Carlo error of 2000 draws' mean is 0.02 sd).
     post = bdl.fit(mean_model(y), backend="pyro", method="vi", num_steps=1500, lr=0.05,
-                   batch_size=50, num_samples=2000, seed=0, progress=False)  # fmt: skip
+                   schedule="cosine", batch_size=50, num_samples=2000, seed=0, progress=False)  # fmt: skip
     assert not [w for w in recwarn if "could not trace" in str(w.message)]
     sd = 1 / np.sqrt(1 / 100 + y.size)
-    assert abs(post.samples["mu"].mean() - _posterior_mean(y)) < 0.5 * sd
+    assert abs(post.samples["mu"].mean() - _posterior_mean(y)) < 0.3 * sd
     # The mean-field optimum is exact here: the fitted sd is the posterior sd (within 15%).
     assert abs(post.samples["mu"].std() / sd - 1) < 0.15
 

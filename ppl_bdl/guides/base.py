@@ -74,7 +74,9 @@ class Guide:
     """Base class of the built-in guides over the flat unconstrained latent vector.
 
     Subclasses set ``param_layout`` in ``__init__`` and implement :meth:`initial_params`,
-    :meth:`sample` and :meth:`log_prob`. ``self.m`` is the backend's math namespace.
+    :meth:`transform` (draws from standard-normal noise: the reparameterisation) and
+    :meth:`log_prob`, and :meth:`noise_shape` when their noise is not (num, d). ``self.m`` is
+    the backend's math namespace.
     """
 
     name = "guide"
@@ -94,9 +96,21 @@ class Guide:
     def initial_params(self) -> dict[str, np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def sample(self, params: dict, key, num: int, mask=None):  # pragma: no cover - abstract
-        """``num`` reparameterised draws θ (num, d) and their log q (num,)."""
+    def noise_shape(self, num: int) -> tuple[int, ...] | None:
+        """The shape of the standard-normal noise of ``num`` draws (None: the guide draws with
+        a key itself, see :meth:`sample`)."""
+        return (num, self.dim)
+
+    def transform(self, params: dict, eps, mask=None):  # pragma: no cover - abstract
+        """Reparameterised draws θ (num, d) from noise ``eps`` (:meth:`noise_shape`), and their
+        log q (num,); with ``mask`` (0/1 per coordinate) only masked-in coordinates count in
+        log q (the others have their KL computed in closed form)."""
         raise NotImplementedError
+
+    def sample(self, params: dict, key, num: int, mask=None):
+        """``num`` reparameterised draws θ (num, d) and their log q (num,)."""
+        eps = random.normal(key, self.noise_shape(num), backend=self.backend)
+        return self.transform(params, eps, mask)
 
     def log_prob(self, params: dict, theta):  # pragma: no cover - abstract
         """log q(θ) for θ shaped (n, d)."""
@@ -112,11 +126,6 @@ class Guide:
     def describe(self, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Readable parameters (e.g. scales instead of their softplus preimage), as NumPy."""
         return dict(params)
-
-    def _normal(self, key, shape: tuple[int, ...]):
-        """Standard-normal draws (through :func:`ppl_bdl.random.normal`, so a compiled loop can
-        pre-draw them for a whole chunk)."""
-        return random.normal(key, shape, backend=self.backend)
 
     def _standard_normal_log_prob(self, eps):
         return -0.5 * self.m.sum(eps * eps, axis=-1) - 0.5 * eps.shape[-1] * LOG_2PI
@@ -178,7 +187,7 @@ class FittedGuide:
     def sample_unconstrained(self, n: int, seed: int = 0) -> np.ndarray:
         """``n`` draws of the flat unconstrained vector, shaped (n, d)."""
         be = self.guide.backend
-        with be.precision_scope(), be.activate():
+        with be.scope(), be.activate():
             phi = self.guide.unpack(be.asarray(self.phi))
             theta, _ = self.guide.sample(phi, be.random.key(seed), n)
             return np.asarray(be.to_numpy(theta))
@@ -187,7 +196,7 @@ class FittedGuide:
         """``n`` constrained draws of every latent site, shaped (n, *site_shape)."""
         be, layout = self.guide.backend, self.guide.layout
         flat = self.sample_unconstrained(n, seed)
-        with be.precision_scope(), be.activate():
+        with be.scope(), be.activate():
             parts = layout.unflatten(be.asarray(flat))
             out = {}
             for name, u in parts.items():
@@ -200,7 +209,7 @@ class FittedGuide:
         """log q of constrained site values (dict of arrays with a leading draw axis), or of flat
         unconstrained vectors shaped (n, d) (then the density of θ itself)."""
         be, layout = self.guide.backend, self.guide.layout
-        with be.precision_scope(), be.activate():
+        with be.scope(), be.activate():
             phi = self.guide.unpack(be.asarray(self.phi))
             if not isinstance(values, dict):
                 theta = be.asarray(np.atleast_2d(np.asarray(values, dtype=float)))

@@ -60,7 +60,7 @@ class _GuideRunner(Evaluator):
         be = self.backend
         self.key, sub = be.random.split(self.key)
         full = be.expand(native, shape.batch + shape.extra, 0)
-        return be.vi_support().rsample(sub, full)
+        return be.random.draw(sub, full, reparameterized=True)
 
 
 class CustomGuide(Guide):
@@ -140,6 +140,9 @@ class CustomGuide(Guide):
                 log_q = log_q + m.sum(transform.log_abs_det_jacobian(u, x))
             parts.append(m.reshape(u, (-1,)))
         return m.concatenate(parts), log_q
+
+    def noise_shape(self, num: int) -> None:
+        return None  # it draws through its own sample sites, with the key
 
     def sample(self, params, key, num: int, mask=None):
         keys = self.backend.random.keys(key, num)

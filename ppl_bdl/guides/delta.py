@@ -36,7 +36,11 @@ class DeltaGuide(Guide):
     def initial_params(self) -> dict[str, np.ndarray]:
         return {"loc": self.init.loc}
 
-    def sample(self, params, key, num: int, mask=None):
+    def noise_shape(self, num: int) -> tuple[int, int]:
+        return (num, 0)  # a point mass draws no noise
+
+    def transform(self, params, eps, mask=None):
+        num = eps.shape[0]
         loc = params["loc"]
         theta = self.m.reshape(loc, (1, self.dim)) + self.m.zeros((num, self.dim))
         return theta, self.m.zeros((num,))

@@ -142,9 +142,8 @@ class FlowGuide(Guide):
         return z, m.sum(log_scale, axis=-1)
 
     # -- the guide interface -------------------------------------------------------------------
-    def sample(self, params, key, num: int, mask=None):
+    def transform(self, params, eps, mask=None):
         m = self.m
-        eps = self._normal(key, (num, self.dim))
         log_q = self._standard_normal_log_prob(eps)
         z = eps
         for i in range(self.num_layers):

@@ -57,10 +57,9 @@ class FullRankGuide(Guide):
         raw = params["tril"]
         return raw * self._strict + self._eye * self.m.softplus(raw)
 
-    def sample(self, params, key, num: int, mask=None):
+    def transform(self, params, eps, mask=None):
         m = self.m
         tril = self.scale_tril(params)
-        eps = self._normal(key, (num, self.dim))
         theta = params["loc"] + m.matmul(eps, m.transpose(tril))
         log_det = m.sum(m.log(m.diag(tril)))
         return theta, self._standard_normal_log_prob(eps) - log_det

@@ -84,12 +84,14 @@ class LowRankGuide(Guide):
         on it are relative too (an absolute L outgrows a small initial diagonal at once)."""
         return sd[:, None] * params[f"factor_{name}"]
 
-    def sample(self, params, key, num: int, mask=None):
-        be, m = self.backend, self.m
+    def noise_shape(self, num: int) -> tuple[int, int]:
+        """(num, d + the total rank): the diagonal's noise, then the factors'."""
+        return (num, self.dim + sum(b[3] for b in self.blocks))
+
+    def transform(self, params, noise, mask=None):
+        m = self.m
         sd = self._diag(params)
-        key1, key2 = be.random.split(key)
-        eps = self._normal(key2, (num, self.dim))
-        low = self._normal(key1, (num, sum(b[3] for b in self.blocks)))
+        eps, low = noise[:, : self.dim], noise[:, self.dim :]
         parts, start = [], 0
         for name, offset, size, r in self.blocks:
             factor = self._factor(params, name, sd[offset : offset + size])

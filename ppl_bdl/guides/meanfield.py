@@ -46,11 +46,10 @@ class MeanFieldGuide(Guide):
     def loc_scale(self, params):
         return params["loc"], self.m.softplus(params["rho"])
 
-    def sample(self, params, key, num: int, mask=None):
-        """Draws and log q; with ``mask`` (0/1 per coordinate) only masked-in coordinates count
-        in log q (the others have their KL computed in closed form)."""
+    def transform(self, params, eps, mask=None):
+        """θ = μ + σ ⊙ ε and log q; with ``mask`` (0/1 per coordinate) only masked-in
+        coordinates count in log q (the others have their KL computed in closed form)."""
         loc, scale = self.loc_scale(params)
-        eps = self._normal(key, (num, self.dim))
         theta = loc + scale * eps
         per_coord = -self.m.log(scale) - 0.5 * eps * eps - 0.5 * LOG_2PI
         if mask is not None:

@@ -3,7 +3,8 @@ unconstrained draws into a :class:`~ppl_bdl.posterior.Posterior`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -11,31 +12,36 @@ import numpy as np
 from ..backends import get as get_backend
 from ..errors import ConfigError, ModelError
 from ..interpreter import SiteRecord
-from ..layout import LatentLayout, make_replay, trace_model
+from ..layout import LatentLayout, ModelDensity, trace_model
 from ..model import BoundModel
 
-#: Draws replayed per compiled call when building the posterior (bounds memory on big data).
-REPLAY_CHUNK = 1000
+#: Observed values times draws replayed per compiled call when building the posterior: bounds
+#: the memory of a replay (its activations) on big data.
+REPLAY_POINTS = 500_000
 
 
 @dataclass
 class Setup:
-    """A bound model prepared on one backend."""
+    """A bound model prepared on one backend (with its device and precision)."""
 
     bound: BoundModel
     backend: Any
     sites: dict[str, SiteRecord]
     layout: LatentLayout
     params: dict
+    settings: dict = field(default_factory=dict)
 
 
-def prepare(bound, backend: str, precision: str, seed: int, allow_discrete=False) -> Setup:
-    """Validate and trace ``bound`` on ``backend``; lay out its latents."""
+def prepare(
+    bound, backend: str | None, precision: str, seed: int, device: str | None = None,
+    allow_discrete: bool = False,
+) -> Setup:  # fmt: skip
+    """Validate and trace ``bound`` on ``backend`` (on ``device``); lay out its latents."""
     from ..layout import _unbound_message
 
     if not isinstance(bound, BoundModel):
         raise ModelError(_unbound_message(bound))
-    be = get_backend(backend, precision=precision)
+    be = get_backend(backend, precision=precision, device=device)
     sites = trace_model(bound, be, seed=seed)
     layout = LatentLayout.from_sites(sites, be, allow_discrete=allow_discrete)
     if layout.dim == 0:
@@ -68,12 +74,9 @@ def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np
         rows = []
         for chain in range(num_chains):
             sites = trace_model(
-                setup.bound,
-                be,
-                seed=seed + chain,
-                missing="uniform",
+                setup.bound, be, seed=seed + chain, missing="uniform",
                 values={k: be.asarray(v) for k, v in init.items()},
-            )
+            )  # fmt: skip
             rows.append(layout.unconstrain({n: sites[n].value for n in layout.names}, be))
         return np.stack(rows)
     if init in ("prior", "median"):
@@ -91,37 +94,96 @@ def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np
     )
 
 
-def replay_draws(setup: Setup, flat: np.ndarray) -> tuple[dict, dict]:
-    """Constrained latents, deterministics and pointwise log-likelihoods for flat draws
-    shaped (chain, draw, dim), as NumPy arrays shaped (chain, draw, ...)."""
-    be = setup.backend
-    chains, draws, dim = flat.shape
-    rows = flat.reshape(chains * draws, dim)
-    with be.precision_scope(), be.activate():
-        replay = be.jit(be.vmap(make_replay(setup.bound, be, setup.layout, setup.params)))
-        values_parts, loglik_parts = [], []
-        for start in range(0, rows.shape[0], REPLAY_CHUNK):
-            chunk = be.asarray(rows[start : start + REPLAY_CHUNK])
-            values, loglik = replay(chunk)
-            values_parts.append({k: be.to_numpy(v) for k, v in values.items()})
-            loglik_parts.append({k: be.to_numpy(v) for k, v in loglik.items()})
+class _Replayer:
+    """Replays the model at flat draws, in chunks of draws sized to bound memory."""
 
-    def merge(parts):
-        return {
-            k: np.concatenate([p[k] for p in parts]).reshape(
-                (chains, draws) + parts[0][k].shape[1:]
-            )
-            for k in parts[0]
-        }
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.density = ModelDensity(setup.bound, setup.backend, setup.layout, setup.params)
+        points = sum(
+            int(np.prod(np.shape(s.value))) for s in setup.sites.values() if s.kind == "observed"
+        )
+        self.chunk = max(1, min(256, REPLAY_POINTS // max(1, points)))
+        self._compiled: dict[bool, Any] = {}
 
-    return merge(values_parts), merge(loglik_parts)
+    def __call__(self, flat: np.ndarray, log_likelihood: bool) -> tuple[dict, dict]:
+        be = self.setup.backend
+        chains, draws, dim = flat.shape
+        rows = flat.reshape(chains * draws, dim)
+        size = min(self.chunk, len(rows))
+        with be.scope(), be.activate():
+            if log_likelihood not in self._compiled:
+                density = self.density
+                self._compiled[log_likelihood] = be.jit(
+                    be.vmap(
+                        lambda row, data: density.replay(row, data, log_likelihood),
+                        in_axes=(0, None),
+                    )
+                )
+            replay = self._compiled[log_likelihood]
+            values_parts, loglik_parts = [], []
+            for start in range(0, len(rows), size):
+                chunk = rows[start : start + size]
+                real = len(chunk)
+                if real < size:  # one compiled shape: pad the last chunk
+                    chunk = np.concatenate([chunk, np.repeat(chunk[-1:], size - real, axis=0)])
+                values, loglik = replay(be.asarray(chunk), self.density.data)
+                values_parts.append({k: be.to_numpy(v)[:real] for k, v in values.items()})
+                loglik_parts.append({k: be.to_numpy(v)[:real] for k, v in loglik.items()})
+
+        def merge(parts):
+            return {
+                k: np.concatenate([p[k] for p in parts]).reshape(
+                    (chains, draws) + parts[0][k].shape[1:]
+                )
+                for k in parts[0]
+            }
+
+        return merge(values_parts), merge(loglik_parts)
 
 
-def build_posterior(setup: Setup, flat: np.ndarray, sample_stats: dict, method: str, **extra):
+class LazyLogLikelihood(Mapping):
+    """The pointwise log-likelihood of every observed site at every draw, computed in chunks
+    the first time a value is read (ArviZ export, LOO, WAIC), not at fit time."""
+
+    def __init__(self, replayer: _Replayer, flat: np.ndarray, names: list[str]):
+        self._replayer, self._flat, self._names = replayer, flat, list(names)
+        self._values: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._values is None:
+            self._values = self._replayer(self._flat, log_likelihood=True)[1]
+            self._replayer = self._flat = None
+        return self._values
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        state = "computed" if self._values is not None else "computed when first read"
+        return f"<pointwise log-likelihood of {self._names} ({state})>"
+
+
+def build_posterior(
+    setup: Setup, flat: np.ndarray, sample_stats: dict, method: str,
+    log_likelihood: bool = True, **extra,
+):  # fmt: skip
     """A :class:`Posterior` from flat unconstrained draws shaped (chain, draw, dim)."""
     from ..posterior import Posterior
 
-    samples, loglik = replay_draws(setup, np.asarray(flat))
+    flat = np.asarray(flat)
+    replayer = _Replayer(setup)
+    samples, _ = replayer(flat, log_likelihood=False)
+    observed = [n for n, s in setup.sites.items() if s.kind == "observed"]
+    loglik = LazyLogLikelihood(replayer, flat, observed) if log_likelihood else {}
     return Posterior(
         samples=samples,
         sample_stats=sample_stats,

@@ -5,14 +5,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+#: ``value_and_grad(position, minibatch) -> (Ũ, ∇Ũ)``: the minibatch potential of the chapter's
+#: Eq. 2.8 and its gradient at a flat position. The driver builds it from the model and passes it
+#: to the kernel's factory (as BlackJAX passes its gradient estimator).
+ValueAndGrad = Callable[[Any, Any], tuple[Any, Any]]
+
 
 class Kernel(NamedTuple):
-    """``init(position) -> state`` and ``step(rng_key, state, grad_fn, step_size) -> (state, info)``.
+    """``init(position) -> state`` and ``step(rng_key, state, minibatch, step_size) -> (state,
+    info)``.
 
     ``state`` is a dict holding at least ``"position"`` (the flat unconstrained parameter vector);
-    ``info`` is a dict of scalars that go to ArviZ's ``sample_stats``. ``grad_fn(position)`` returns
-    the minibatch gradient of the potential Ũ(θ) (the chapter's Eq. 2.8).
+    ``info`` is a dict of scalars that go to ArviZ's ``sample_stats`` (by convention
+    ``potential``, the minibatch Ũ at the step's start, and ``grad_norm``); a non-finite number in
+    it stops the run there. The factory that builds a kernel takes ``value_and_grad`` (see
+    :data:`ValueAndGrad`) and the kernel's own settings.
     """
 
     init: Callable[[Any], dict]
-    step: Callable[[Any, dict, Callable, Any], tuple[dict, dict]]
+    step: Callable[[Any, dict, Any, Any], tuple[dict, dict]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .. import math as bm
 from ..schedules import check_exploration, cyclical_exploring
-from .base import Kernel
+from .base import Kernel, ValueAndGrad
 from .registry import register
 from .sghmc import make_sghmc_step, sghmc_init, sghmc_parameters
 from .sgld import check_temperature, langevin_update
@@ -21,12 +21,19 @@ from .sgld import check_temperature, langevin_update
 
 @register("csgld")
 def csgld(
-    *, num_steps: int, num_cycles: int = 4, exploration: float = 0.8, temperature: float = 1.0
+    value_and_grad: ValueAndGrad,
+    *,
+    num_steps: int,
+    num_cycles: int = 4,
+    exploration: float = 0.8,
+    temperature: float = 1.0,
 ) -> Kernel:
     """Cyclical SGLD (Zhang et al., 2020, Algorithm 1 with SGLD as the sampler).
 
     Parameters
     ----------
+    value_and_grad : callable
+        ``(position, minibatch) -> (Ũ, ∇Ũ)`` (supplied by the driver).
     num_steps : int
         T, the total number of steps the cycles span (set by the driver).
     num_cycles : int
@@ -39,11 +46,12 @@ def csgld(
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> kernel = bdl.kernels.get("csgld").factory(num_steps=100, num_cycles=2)
+    >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
+    >>> kernel = bdl.kernels.get("csgld").factory(quadratic, num_steps=100, num_cycles=2)
     >>> be = bdl.backends.get("numpyro")
     >>> with be.activate():
     ...     state = kernel.init(be.asarray([0.0]))
-    ...     state, info = kernel.step(bdl.random.key(0), state, lambda x: x, 0.1)
+    ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.1)
     >>> float(info["exploring"])
     1.0
     """
@@ -53,12 +61,17 @@ def csgld(
     def init(position):
         return {"position": position, "count": bm.sum(position * 0.0)}
 
-    def step(key, state, grad_fn, step_size):
+    def step(key, state, minibatch, step_size):
         exploring = cyclical_exploring(state["count"], num_steps, num_cycles, exploration)
         noise_scale = bm.where(exploring, 0.0, temperature)
-        grad = grad_fn(state["position"])
+        potential, grad = value_and_grad(state["position"], minibatch)
         position = langevin_update(key, state["position"], grad, step_size, noise_scale)
-        info = {"step_size": step_size, "grad_norm": bm.norm(grad), "exploring": exploring * 1.0}
+        info = {
+            "step_size": step_size,
+            "grad_norm": bm.norm(grad),
+            "potential": potential,
+            "exploring": exploring * 1.0,
+        }
         return {"position": position, "count": state["count"] + 1}, info
 
     return Kernel(init, step)
@@ -66,6 +79,7 @@ def csgld(
 
 @register("csghmc")
 def csghmc(
+    value_and_grad: ValueAndGrad,
     *,
     num_steps: int,
     num_cycles: int = 4,
@@ -84,21 +98,23 @@ def csghmc(
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> kernel = bdl.kernels.get("csghmc").factory(num_steps=100, num_cycles=2)
+    >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
+    >>> kernel = bdl.kernels.get("csghmc").factory(quadratic, num_steps=100, num_cycles=2)
     >>> be = bdl.backends.get("numpyro")
     >>> with be.activate():
     ...     state = kernel.init(be.asarray([0.0]))
-    ...     state, info = kernel.step(bdl.random.key(0), state, lambda x: x, 0.1)
+    ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.1)
     >>> sorted(info)
-    ['exploring', 'grad_norm', 'kinetic_energy', 'step_size']
+    ['exploring', 'grad_norm', 'kinetic_energy', 'potential', 'step_size']
     """
     exploration = check_exploration(exploration)
     settings = sghmc_parameters(friction, momentum_decay, noise_estimate, temperature, mass)
     transition = make_sghmc_step(*settings, None)
 
-    def step(key, state, grad_fn, step_size):
+    def step(key, state, minibatch, step_size):
         exploring = cyclical_exploring(state["count"], num_steps, num_cycles, exploration)
-        new, info = transition(key, state, grad_fn, step_size, bm.where(exploring, 0.0, 1.0))
+        noise = bm.where(exploring, 0.0, 1.0)
+        new, info = transition(key, state, value_and_grad, minibatch, step_size, noise)
         info["exploring"] = exploring * 1.0
         return new, info
 

@@ -69,29 +69,22 @@ def native_kernel(
         num_steps=num_steps, num_cycles=num_cycles, decay_offset=decay_offset,
         decay_power=decay_power, precision=precision, seed=seed, settings=settings,
     )  # fmt: skip
-    if spec.setup.backend.name == "numpyro":
-        from ..backends.numpyro_kernels import NumPyroSGMCMC
-
-        return NumPyroSGMCMC(spec)
-    if spec.setup.backend.name == "pyro":
-        from ..backends.pyro_kernels import PyroSGMCMC
-
-        return PyroSGMCMC(spec)
-    raise ConfigError(f"no native SG-MCMC kernel for backend {backend!r}; use fit(...) instead.")
+    return spec.setup.backend.native_sgmcmc_kernel(spec)
 
 
 @dataclass
 class NativeSpec:
-    """Everything a native wrapper needs: the prepared model, our kernel, the schedule, the
-    minibatch plate and the potential."""
+    """Everything a native adapter needs, built by the core: the prepared model, the transition
+    ``fit`` runs (:func:`ppl_bdl.inference.sgmcmc.sgmcmc_transition`), the data its steps read,
+    and the minibatch plate. The adapters add only what their driver needs (where minibatch
+    indices come from)."""
 
     setup: Any
     method: str
-    kernel: Any
-    schedule: Any
+    transition: Any
+    data: Any
     plate: tuple[str, int] | None
     batch_size: int | None
-    potential: Any
     seed: int
 
     @classmethod
@@ -99,8 +92,7 @@ class NativeSpec:
               num_cycles, decay_offset, decay_power, precision, seed, settings) -> NativeSpec:  # fmt: skip
         from ..inference.common import prepare
         from ..inference.minibatch import minibatch_plate
-        from ..inference.sgmcmc import _build_kernel
-        from ..layout import make_potential
+        from ..inference.sgmcmc import sgmcmc_transition
         from ..schedules import make_schedule
         from .registry import get
 
@@ -123,9 +115,44 @@ class NativeSpec:
             schedule, step_size, num_steps=num_steps or 1, num_cycles=num_cycles,
             decay_offset=decay_offset, decay_power=decay_power,
         )  # fmt: skip
-        kernel = _build_kernel(entry, params, settings, num_steps=num_steps, num_cycles=num_cycles)
-        potential = make_potential(setup.bound, setup.backend, setup.layout, setup.params)
-        return cls(setup, method, kernel, sizes, plate, batch_size, potential, seed)
+        transition, data = sgmcmc_transition(
+            setup, entry, settings, sizes, plate, batch_size, num_steps or 1, num_cycles
+        )
+        return cls(setup, method, transition, data, plate, batch_size, seed)
+
+    def initial_position(self):
+        """Uniform on [-2, 2] in the unconstrained space (as ``fit``'s default)."""
+        from ..inference.common import initial_positions
+
+        return initial_positions(self.setup, "uniform", 1, self.seed)[0]
+
+    def batch(self, indices):
+        """What a step sees of the data (see :class:`ppl_bdl.inference.driver.Batch`)."""
+        from ..inference.driver import Batch
+
+        return Batch(self.data, indices)
+
+    def minibatches(self):
+        """Host-side minibatch indices (one shuffle per epoch), or None for full batch."""
+        from ..inference.minibatch import EpochBatches
+
+        if self.plate is None:
+            return None
+        return EpochBatches(self.plate[1], self.batch_size, self.seed)
+
+    def check(self, info: dict, step: int) -> None:
+        """Raise :class:`~ppl_bdl.errors.InferenceError` if ``info`` holds NaN or inf (the same
+        check as the driver's)."""
+        from ..errors import InferenceError
+        from ..inference.driver import all_finite
+
+        be = self.setup.backend
+        with be.activate():
+            if not bool(all_finite(be, info)):
+                raise InferenceError(
+                    f"SG-MCMC kernel {self.method!r} reached a non-finite potential or gradient "
+                    f"at step {step}; try a smaller step_size."
+                )
 
     def constrain(self, flat) -> dict:
         """Constrained site values from a flat unconstrained vector."""

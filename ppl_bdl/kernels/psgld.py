@@ -15,17 +15,22 @@ from __future__ import annotations
 from .. import math as bm
 from .. import random as br
 from ..errors import ConfigError
-from .base import Kernel
+from .base import Kernel, ValueAndGrad
 from .registry import register
 from .sgld import check_temperature
 
 
 @register("psgld")
-def psgld(temperature: float = 1.0, decay: float = 0.99, epsilon: float = 1e-5) -> Kernel:
+def psgld(
+    value_and_grad: ValueAndGrad, temperature: float = 1.0, decay: float = 0.99,
+    epsilon: float = 1e-5,
+) -> Kernel:  # fmt: skip
     """RMSprop-preconditioned SGLD (Li et al., 2016, Algorithm 1).
 
     Parameters
     ----------
+    value_and_grad : callable
+        ``(position, minibatch) -> (Ũ, ∇Ũ)`` (supplied by the driver).
     temperature : float
         T scales the injected noise.
     decay : float
@@ -36,11 +41,12 @@ def psgld(temperature: float = 1.0, decay: float = 0.99, epsilon: float = 1e-5) 
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> kernel = bdl.kernels.get("psgld").factory()
+    >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
+    >>> kernel = bdl.kernels.get("psgld").factory(quadratic)
     >>> be = bdl.backends.get("numpyro")
     >>> with be.activate():
     ...     state = kernel.init(be.asarray([1.0, -1.0]))
-    ...     state, info = kernel.step(bdl.random.key(0), state, lambda x: x, 1e-3)
+    ...     state, info = kernel.step(bdl.random.key(0), state, None, 1e-3)
     >>> sorted(state)
     ['position', 'square_avg']
     """
@@ -53,9 +59,9 @@ def psgld(temperature: float = 1.0, decay: float = 0.99, epsilon: float = 1e-5) 
     def init(position):
         return {"position": position, "square_avg": bm.zeros_like(position)}
 
-    def step(key, state, grad_fn, step_size):
+    def step(key, state, minibatch, step_size):
         position = state["position"]
-        grad = grad_fn(position)
+        potential, grad = value_and_grad(position, minibatch)
         square_avg = decay * state["square_avg"] + (1.0 - decay) * grad * grad
         precond = 1.0 / (epsilon + bm.sqrt(square_avg))
         noise = br.normal(key, tuple(position.shape))
@@ -67,6 +73,7 @@ def psgld(temperature: float = 1.0, decay: float = 0.99, epsilon: float = 1e-5) 
         info = {
             "step_size": step_size,
             "grad_norm": bm.norm(grad),
+            "potential": potential,
             "preconditioner_mean": bm.mean(precond),
         }
         return {"position": position, "square_avg": square_avg}, info

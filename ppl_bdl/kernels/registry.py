@@ -1,9 +1,10 @@
 """The kernel registry: NUTS and HMC (native samplers) and the SG-MCMC kernels, by name.
 
-A registered SG-MCMC kernel is a factory: called with its settings it returns a
-:class:`~ppl_bdl.kernels.base.Kernel`, a pair of pure functions ``init(position) -> state`` and
-``step(rng_key, state, grad_fn, step_size) -> (state, info)`` written with :mod:`ppl_bdl.math`
-and :mod:`ppl_bdl.random`, so it runs on every backend.
+A registered SG-MCMC kernel is a factory (as in BlackJAX): called with the minibatch
+``value_and_grad(position, minibatch) -> (Ũ, ∇Ũ)`` (supplied by the driver) and its settings, it
+returns a :class:`~ppl_bdl.kernels.base.Kernel`, a pair of pure functions ``init(position) ->
+state`` and ``step(rng_key, state, minibatch, step_size) -> (state, info)`` written with
+:mod:`ppl_bdl.math` and :mod:`ppl_bdl.random`, so it runs on every backend.
 
 Example
 -------
@@ -43,14 +44,14 @@ def register(name: str, *, kind: str = "sgmcmc", overwrite: bool = False):
     >>> from ppl_bdl import math as bm, random as br
     >>> from ppl_bdl.kernels import Kernel
     >>> @bdl.kernels.register("my_sgld", overwrite=True)
-    ... def my_sgld(temperature=1.0):
+    ... def my_sgld(value_and_grad, temperature=1.0):
     ...     def init(position):
     ...         return {"position": position}
-    ...     def step(key, state, grad_fn, step_size):
-    ...         g = grad_fn(state["position"])
+    ...     def step(key, state, minibatch, step_size):
+    ...         u, g = value_and_grad(state["position"], minibatch)
     ...         noise = br.normal(key, state["position"].shape)
     ...         pos = state["position"] - step_size * g + bm.sqrt(2 * step_size * temperature) * noise
-    ...         return {"position": pos}, {"step_size": step_size}
+    ...         return {"position": pos}, {"step_size": step_size, "potential": u}
     ...     return Kernel(init, step)
     >>> "my_sgld" in bdl.kernels.available()
     True

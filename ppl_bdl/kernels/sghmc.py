@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import math as bm
 from .. import random as br
 from ..errors import ConfigError
-from .base import Kernel
+from .base import Kernel, ValueAndGrad
 from .registry import register
 from .sgld import check_temperature
 
@@ -85,7 +85,7 @@ def make_sghmc_step(friction, momentum_decay, noise_estimate, temperature, mass,
     """The SGHMC transition; ``noise_factor`` (0 or 1) lets cyclical variants switch noise off."""
     mass_is_array = not isinstance(mass, float)
 
-    def transition(key, state, grad_fn, step_size, noise_factor):
+    def transition(key, state, value_and_grad, minibatch, step_size, noise_factor):
         m = bm.asarray(mass) if mass_is_array else mass
         key_noise, key_resample = br.split(key)
         position, velocity = state["position"], state["velocity"]
@@ -97,7 +97,7 @@ def make_sghmc_step(friction, momentum_decay, noise_estimate, temperature, mass,
             alpha, beta = friction * scale, noise_estimate * scale
         else:
             alpha, beta = momentum_decay, noise_estimate
-        grad = grad_fn(position)
+        potential, grad = value_and_grad(position, minibatch)
         noise = br.normal(key_noise, tuple(position.shape))
         sd = bm.sqrt(2.0 * (alpha - beta) * step_size * temperature * noise_factor)
         velocity = (1.0 - alpha) * velocity - step_size * grad + sd * noise
@@ -105,6 +105,7 @@ def make_sghmc_step(friction, momentum_decay, noise_estimate, temperature, mass,
         info = {
             "step_size": step_size,
             "grad_norm": bm.norm(grad),
+            "potential": potential,
             # ½ rᵀ M⁻¹ r with r = M v / ε and ε² = η M
             "kinetic_energy": 0.5 * bm.sum(velocity * velocity) / step_size,
         }
@@ -123,6 +124,7 @@ def sghmc_init(position):
 
 @register("sghmc")
 def sghmc(
+    value_and_grad: ValueAndGrad,
     friction: float | None = None,
     momentum_decay: float | None = None,
     mass=1.0,
@@ -137,6 +139,8 @@ def sghmc(
 
     Parameters
     ----------
+    value_and_grad : callable
+        ``(position, minibatch) -> (Ũ, ∇Ũ)`` (supplied by the driver).
     friction : float, optional
         C of Eq. 2.12; the momentum decay is then α = C √(η / M). Mutually exclusive with
         ``momentum_decay``.
@@ -155,20 +159,21 @@ def sghmc(
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> kernel = bdl.kernels.get("sghmc").factory(friction=3.0)
+    >>> double_well = lambda x, batch: ((x**4 - 2 * x**2).sum(), 4 * x**3 - 4 * x)
+    >>> kernel = bdl.kernels.get("sghmc").factory(double_well, friction=3.0)
     >>> be = bdl.backends.get("numpyro")
     >>> with be.activate():
     ...     state = kernel.init(be.asarray([0.5]))
-    ...     state, info = kernel.step(bdl.random.key(0), state, lambda x: 4 * x**3 - 4 * x, 0.01)
+    ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.01)
     >>> sorted(info)
-    ['grad_norm', 'kinetic_energy', 'step_size']
+    ['grad_norm', 'kinetic_energy', 'potential', 'step_size']
     """
     settings = sghmc_parameters(friction, momentum_decay, noise_estimate, temperature, mass)
     if resample_every is not None and (not isinstance(resample_every, int) or resample_every < 1):
         raise ConfigError(f"resample_every must be a positive int or None, got {resample_every!r}.")
     transition = make_sghmc_step(*settings, resample_every)
 
-    def step(key, state, grad_fn, step_size):
-        return transition(key, state, grad_fn, step_size, 1.0)
+    def step(key, state, minibatch, step_size):
+        return transition(key, state, value_and_grad, minibatch, step_size, 1.0)
 
     return Kernel(sghmc_init, step)

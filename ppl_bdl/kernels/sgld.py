@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import math as bm
 from .. import random as br
 from ..errors import ConfigError
-from .base import Kernel
+from .base import Kernel, ValueAndGrad
 from .registry import register
 
 
@@ -31,33 +31,37 @@ def langevin_update(key, position, grad, step_size, noise_scale):
 
 
 @register("sgld")
-def sgld(temperature: float = 1.0) -> Kernel:
+def sgld(value_and_grad: ValueAndGrad, temperature: float = 1.0) -> Kernel:
     """SGLD (Welling and Teh, 2011): θ ← θ − α_t ∇Ũ(θ) + √(2 α_t T) ε (the chapter's Eq. 2.9).
 
     Parameters
     ----------
+    value_and_grad : callable
+        ``(position, minibatch) -> (Ũ, ∇Ũ)`` (supplied by the driver).
     temperature : float
         T in the noise √(2 α_t T); 1 for the posterior, < 1 for a cold posterior.
 
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> kernel = bdl.kernels.get("sgld").factory(temperature=1.0)
+    >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
+    >>> kernel = bdl.kernels.get("sgld").factory(quadratic, temperature=1.0)
     >>> be = bdl.backends.get("numpyro")
     >>> with be.activate():
     ...     state = kernel.init(be.asarray([0.0, 0.0]))
-    ...     state, info = kernel.step(bdl.random.key(0), state, lambda x: x, 0.01)
+    ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.01)
     >>> sorted(info)
-    ['grad_norm', 'step_size']
+    ['grad_norm', 'potential', 'step_size']
     """
     temperature = check_temperature(temperature)
 
     def init(position):
         return {"position": position}
 
-    def step(key, state, grad_fn, step_size):
-        grad = grad_fn(state["position"])
+    def step(key, state, minibatch, step_size):
+        potential, grad = value_and_grad(state["position"], minibatch)
         position = langevin_update(key, state["position"], grad, step_size, temperature)
-        return {"position": position}, {"step_size": step_size, "grad_norm": bm.norm(grad)}
+        info = {"step_size": step_size, "grad_norm": bm.norm(grad), "potential": potential}
+        return {"position": position}, info
 
     return Kernel(init, step)

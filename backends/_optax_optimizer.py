@@ -1,0 +1,53 @@
+"""The NumPyro backend's optimizers: optax transformations behind the gated ``(init, update)``.
+
+Example
+-------
+>>> import jax.numpy as jnp
+>>> from ppl_bdl.optim import OptimizerConfig
+>>> from ppl_bdl.backends._optax_optimizer import build_optimizer
+>>> opt = build_optimizer(OptimizerConfig.build(optimizer="sgd", lr=0.5))
+>>> params = {"x": jnp.asarray(1.0)}
+>>> state = opt.init(params)
+>>> new, state = opt.update({"x": jnp.asarray(1.0)}, state, params, jnp.asarray(True))
+>>> float(new["x"])
+0.5
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ..backend_protocol import Optimizer
+from ..optim import OptimizerConfig, learning_rate
+
+
+def transformation(config: OptimizerConfig) -> optax.GradientTransformation:
+    """The optax transformation for ``config``: clipping, then adam/sgd with the schedule."""
+
+    def schedule(count):
+        return learning_rate(config, count, xp=jnp)
+
+    if config.optimizer == "adam":
+        opt = optax.adam(schedule)
+    else:
+        opt = optax.sgd(schedule, momentum=config.momentum or None)
+    if config.clip_norm is not None:
+        opt = optax.chain(optax.clip_by_global_norm(config.clip_norm), opt)
+    return opt
+
+
+def build_optimizer(config: OptimizerConfig) -> Optimizer:
+    tx = transformation(config)
+
+    def update(grads, state, params, apply):
+        updates, new_state = tx.update(grads, state, params)
+        new_params = optax.apply_updates(params, updates)
+
+        def select(new, old):
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(apply, a, b), new, old)
+
+        return select(new_params, params), select(new_state, state)
+
+    return Optimizer(tx.init, update)

@@ -1,0 +1,209 @@
+"""The seam between the core and a backend: every entry point the core uses, grouped by part.
+
+The core (guides, objectives, SG-MCMC kernels, schedules, the drivers, prediction) is written once
+against :class:`Backend`. A backend is one module in ``backends/`` and one entry point in the group
+``ppl_bdl.backends``; the core never tests a backend's name. ``tests/test_backend_protocol.py``
+checks that every registered backend provides every member below and that the core uses nothing
+else.
+
+The groups:
+
+- :class:`Arrays`: converting data, NumPy round trips, pytrees, the precision/device scope;
+  ``math`` (the functions of :data:`ppl_bdl.math.NAMES`) and ``random`` (:class:`RandomKeys`).
+- :class:`Autodiff`: gradients, vectorisation, compilation, and the compiled loop that runs a
+  chunk of steps (:meth:`Autodiff.compile_loop`).
+- :class:`Distributions`: neutral specs to native distributions, bijections, and the native
+  primitives a lowered model calls.
+- :class:`Optimizers`: an :class:`Optimizer` (``init``, ``update``) from an
+  :class:`~ppl_bdl.optim.OptimizerConfig`, built from the backend's own library.
+- :class:`NativeSamplers`: the backend's NUTS/HMC, and our SG-MCMC kernels as its native kernels.
+- :class:`Devices`: where arrays live (``fit(..., device=...)``).
+
+Example
+-------
+>>> import ppl_bdl as bdl
+>>> from ppl_bdl.backend_protocol import Backend
+>>> isinstance(bdl.backends.get("numpyro"), Backend)
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+Array = Any
+Key = Any
+PyTree = Any
+
+
+# -- data types of the seam ---------------------------------------------------------------------
+class LoopResult(NamedTuple):
+    """What a compiled chunk returns.
+
+    ``carry``: the state after the last applied step. ``infos``: every step's ``info`` stacked
+    (leading axis: steps; entries at and after ``failed_at`` are not to be read). ``rows``: the
+    kept draws, ``emit(carry)`` after each kept step, stacked (leading axis: ``num_rows``; the
+    first ``kept`` are filled). ``failed_at``: the index of the first step whose ``ok`` was
+    False, or -1. ``kept`` and ``failed_at`` may be backend scalars (read them with ``int``:
+    on an asynchronous backend that waits for the chunk).
+    """
+
+    carry: PyTree
+    infos: PyTree
+    rows: PyTree
+    failed_at: Any
+    kept: Any
+
+
+class Optimizer(NamedTuple):
+    """Optax's contract with a gate: ``init(params) -> state`` and
+    ``update(grads, state, params, apply) -> (params, state)``, where the update is applied only
+    where ``apply`` (a scalar boolean array) is true, so a non-finite gradient never reaches the
+    parameters."""
+
+    init: Callable[[PyTree], PyTree]
+    update: Callable[[PyTree, PyTree, PyTree, Any], tuple[PyTree, PyTree]]
+
+
+@dataclass
+class NativeSettings:
+    """Settings of the backend's native NUTS / HMC."""
+
+    method: str
+    num_warmup: int
+    num_samples: int
+    num_chains: int
+    thinning: int
+    target_accept: float
+    max_tree_depth: int
+    num_steps: int | None
+    step_size: float | None
+    dense_mass: bool
+    progress: bool
+    #: "sequential", "vectorized" or "parallel" where the backend offers them.
+    chain_method: str = "sequential"
+
+
+# -- the groups -----------------------------------------------------------------------------------
+@runtime_checkable
+class RandomKeys(Protocol):
+    """Random keys in JAX's style on every backend: ``split`` a key before each use."""
+
+    def key(self, seed: int) -> Key: ...
+    def split(self, key: Key, num: int = 2) -> tuple: ...
+    def keys(self, key: Key, num: int) -> Any: ...
+    def normal(self, key: Key, shape: tuple[int, ...]) -> Array: ...
+    def uniform(self, key: Key, shape: tuple[int, ...], low: float, high: float) -> Array: ...
+    def draw(self, key: Key, native: Any, reparameterized: bool = False) -> Array: ...
+
+
+@runtime_checkable
+class NativePrimitives(Protocol):
+    """The primitives a model lowered to the backend calls (``pyro.sample``, ...)."""
+
+    def sample(self, name: str, fn: Any, obs: Any) -> Array: ...
+    def param(self, name: str, init: Array, constraint: str) -> Array: ...
+    def deterministic(self, name: str, value: Array) -> Array: ...
+    def factor(self, name: str, log_weight: Array) -> None: ...
+    def plate(self, name: str, size: int, dim: int) -> AbstractContextManager: ...
+
+
+@runtime_checkable
+class Arrays(Protocol):
+    name: str
+    precision: str
+    #: The device arrays live on ("cpu", "cuda:0", ...), as the backend names it.
+    device: str
+    math: Any
+    random: RandomKeys
+
+    def scope(self) -> AbstractContextManager:
+        """The fit's precision and device as the defaults of the block."""
+        ...
+
+    def activate(self) -> AbstractContextManager:
+        """Make this backend the one :mod:`ppl_bdl.math` runs on in the block."""
+        ...
+
+    def asarray(self, value: Any, dtype: str | None = None) -> Array: ...
+    def to_numpy(self, value: Array) -> np.ndarray: ...
+    def is_array(self, value: Any) -> bool: ...
+    def arange(self, n: int) -> Array: ...
+    def tree_map(self, fn: Callable, *trees: PyTree) -> PyTree: ...
+
+
+@runtime_checkable
+class Autodiff(Protocol):
+    #: Whether chains run side by side in one vectorised loop (else one after another).
+    vectorized_chains: bool
+
+    def value_and_grad(self, fn: Callable, has_aux: bool = False) -> Callable: ...
+    def grad(self, fn: Callable) -> Callable: ...
+    def vmap(self, fn: Callable, in_axes: Any = 0) -> Callable: ...
+    def jit(self, fn: Callable) -> Callable: ...
+
+    def trace(self, fn: Callable, example_args: tuple) -> Callable:
+        """``fn`` compiled for repeated calls where the backend gains from it (a graph traced at
+        ``example_args`` on torch); ``fn`` itself where the enclosing loop is compiled (JAX)."""
+        ...
+
+    def compile_loop(self, step: Callable, emit: Callable) -> Callable:
+        """A runner of ``step(carry, x, data) -> (carry, info, ok)`` over a chunk of steps.
+
+        ``runner(carry, xs, data, num_steps, num_rows) -> LoopResult``: runs the first
+        ``num_steps`` entries of ``xs`` (a dict of per-step inputs, leading axis steps, with a
+        boolean ``"keep"``); a step whose ``ok`` is False, and every later one, leaves the carry
+        as it was; ``emit(carry)`` is kept after each kept step (at most ``num_rows``). ``data``
+        is passed to every step unchanged (not baked into the compiled program).
+        """
+        ...
+
+
+@runtime_checkable
+class Distributions(Protocol):
+    native: NativePrimitives
+
+    def distribution(self, spec: Any) -> Any: ...
+    def expand(self, native: Any, batch_shape: tuple[int, ...], event_ndims: int) -> Any: ...
+    def biject_to(self, support: Any) -> Any: ...
+
+
+@runtime_checkable
+class Optimizers(Protocol):
+    def optimizer(self, config: Any) -> Optimizer: ...
+
+
+@runtime_checkable
+class NativeSamplers(Protocol):
+    def native_transition(self, potential: Callable, settings: NativeSettings) -> Any:
+        """The backend's NUTS/HMC on ``potential(flat, data)`` as a transition of the core's
+        driver: ``init(key, position, data)``, ``step(key, state, batch) -> (state, info)`` (info:
+        ``diverging``, ``n_steps``, ``acceptance_rate``, ``step_size``, ``lp``, optionally
+        ``energy``), ``emit(state)`` (the position)."""
+        ...
+
+    def native_sgmcmc_kernel(self, spec: Any) -> Any:
+        """Our SG-MCMC transition (``spec``: :class:`ppl_bdl.kernels.native.NativeSpec`) as a
+        kernel of the backend's own MCMC driver."""
+        ...
+
+
+@runtime_checkable
+class Devices(Protocol):
+    def on(self, device: str | None) -> Backend:
+        """This backend with arrays on ``device`` (None: the backend's default device)."""
+        ...
+
+    def devices(self) -> list[str]:
+        """The devices this backend can use here."""
+        ...
+
+
+@runtime_checkable
+class Backend(Arrays, Autodiff, Distributions, Optimizers, NativeSamplers, Devices, Protocol):
+    """Everything the core needs from a backend."""

@@ -1,0 +1,126 @@
+"""The one driver: its compiled loop's contract on every backend, one compilation per fit however
+the run is chunked, chunking that changes nothing, and the first non-finite step stopping every
+method with its step and chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ppl_bdl as bdl
+from ppl_bdl import dist
+from ppl_bdl import math as bm
+from ppl_bdl.inference.common import prepare
+from ppl_bdl.inference.vi import VIRun
+
+
+def test_loop_contract(backend):
+    """Rows at kept steps, the carry from before the first failed step, the real steps only."""
+    be = bdl.backends.get(backend)
+
+    def step(carry, x, data):
+        new = carry + data * x["inc"]
+        return new, {"value": new}, be.math.isfinite(be.math.log(new))
+
+    runner = be.compile_loop(step, lambda carry: carry)
+    with be.scope(), be.activate():
+        xs = {"inc": be.asarray(np.array([1.0, 2.0, 3.0, -100.0, 5.0])),
+              "keep": be.asarray(np.array([True, False, True, True, True]))}  # fmt: skip
+        two = be.asarray(2.0)
+        full = runner(be.asarray(0.0), xs, two, 3, 3)  # three real steps: 2, 6, 12
+        assert float(full.carry) == 12.0 and int(full.failed_at) == -1 and int(full.kept) == 2
+        np.testing.assert_allclose(be.to_numpy(full.rows)[:2], [2.0, 12.0])
+        failed = runner(be.asarray(0.0), xs, two, 5, 3)  # step 3 makes it negative: log is NaN
+        assert int(failed.failed_at) == 3 and float(failed.carry) == 12.0 and int(failed.kept) == 2
+
+
+@bdl.model
+def regression(x, y):
+    w = bdl.sample("w", dist.Normal(0.0, 1.0), shape=(2,))
+    with bdl.plate("data", x.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(x[idx] @ w, 0.5), obs=y[idx])
+
+
+def _data(n=64):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 2))
+    return x, x @ np.array([1.0, -2.0]) + 0.5 * rng.normal(size=n)
+
+
+def _vi(backend, num_steps, chunk_size, splits=None):
+    setup = prepare(regression(*_data()), backend, "float64", 0)
+    vi = VIRun(setup, 0, guide="delta", num_steps=num_steps, batch_size=8, lr=0.05,
+               chunk_size=chunk_size)  # fmt: skip
+    losses = [vi.steps(n)[0] for n in (splits or [num_steps])]
+    params = vi.fitted_guide().params
+    return np.concatenate(losses), np.concatenate([np.ravel(params[k]) for k in sorted(params)])
+
+
+@pytest.mark.parametrize("chunk_size", [7, 25])
+def test_chunking_does_not_change_a_deterministic_fit(backend, chunk_size):
+    """Chunks of any size (a shorter last one included) give the same MAP trajectory."""
+    losses, params = _vi(backend, 25, 5)
+    other_losses, other_params = _vi(backend, 25, chunk_size)
+    assert losses.shape == (25,)
+    np.testing.assert_allclose(other_losses, losses, rtol=1e-10)
+    np.testing.assert_allclose(other_params, params, rtol=1e-10)
+
+
+def test_chunking_does_not_change_sgmcmc_draws(backend):
+    kw = dict(backend=backend, method="sghmc", step_size=1e-3, batch_size=16, num_warmup=13,
+              num_samples=20, thinning=2, num_chains=2, seed=1, precision="float64",
+              progress=False)  # fmt: skip
+    a = bdl.fit(regression(*_data()), chunk_size=6, **kw)
+    b = bdl.fit(regression(*_data()), chunk_size=1000, **kw)
+    np.testing.assert_allclose(a.samples["w"], b.samples["w"], rtol=1e-10)
+    np.testing.assert_allclose(a.sample_stats["potential"], b.sample_stats["potential"], rtol=1e-10)
+
+
+def test_one_compilation_per_fit_whatever_the_chunking(monkeypatch):
+    """On JAX the step is traced once per fit: more (and shorter last) chunks add no traces."""
+    calls = {"n": 0}
+    original = regression.fn
+
+    def counted(x, y):
+        calls["n"] += 1
+        return original(x, y)
+
+    monkeypatch.setattr(regression, "fn", counted)
+
+    def traces(chunk_size):
+        calls["n"] = 0
+        bdl.fit(regression(*_data()), backend="numpyro", method="sgld", step_size=1e-3,
+                batch_size=16, num_warmup=50, num_samples=53, num_chains=2, chunk_size=chunk_size,
+                progress=False, log_likelihood=False)  # fmt: skip
+        return calls["n"]
+
+    one_chunk, many_chunks = traces(1000), traces(10)
+    # 1 validating trace, 1 trace of the step (the potential's value and gradient), 1 replay.
+    assert one_chunk == many_chunks == 3
+
+
+# -- every method stops at the first non-finite potential or gradient -----------------------
+@bdl.model
+def cliff():
+    """N(0, 1) where x < 1.5; NaN beyond (where the gradient of the factor is 0: finite)."""
+    x = bdl.sample("x", dist.Normal(0.0, 1.0))
+    bdl.factor("cliff", bm.where(x < 1.5, 0.0, np.nan))
+
+
+@pytest.mark.parametrize("method", ["sgld", "sghmc", "psgld", "csgld"])
+def test_sgmcmc_stops_at_a_nan_potential(backend, method):
+    with pytest.raises(bdl.InferenceError, match=r"chain \d+ reached a non-finite") as info:
+        # pSGLD's preconditioner starts large (its gradient average starts at 0): smaller steps
+        step_size = 1e-3 if method == "psgld" else 0.05
+        bdl.fit(cliff(), backend=backend, method=method, step_size=step_size, num_warmup=0,
+                num_samples=3000, num_chains=2, seed=0, init={"x": -0.5}, progress=False)  # fmt: skip
+    partial = info.value.partial
+    assert partial is not None
+    assert np.all(partial.samples["x"] < 1.5)  # no draw from the NaN region is kept
+
+
+def test_vi_stops_at_a_nan_loss(backend):
+    with pytest.raises(bdl.InferenceError, match="VI stopped at step") as info:
+        bdl.fit(cliff(), backend=backend, method="vi", num_steps=500, lr=0.5, init_scale=2.0,
+                num_samples=10, progress=False)  # fmt: skip
+    assert info.value.partial is not None
