@@ -21,7 +21,7 @@ from importlib.metadata import entry_points
 from ..backend_protocol import Backend
 from ..errors import BackendError
 
-__all__ = ["Backend", "available", "default", "get", "owner_of", "registered"]
+__all__ = ["Backend", "available", "default", "get", "libraries", "owner_of", "registered"]
 
 #: Built-in backends and the third-party packages each needs (checked without importing them).
 _BUILTIN = {
@@ -47,6 +47,15 @@ def _installed(name: str) -> bool:
 def available() -> list[str]:
     """Names of the backends whose libraries are installed."""
     return sorted(name for name in registered() if _installed(name))
+
+
+#: The libraries (distribution names) behind the built-in backends, for version reports.
+_LIBRARIES = ("torch", "pyro-ppl", "jax", "jaxlib", "numpyro", "optax")
+
+
+def libraries() -> tuple[str, ...]:
+    """The Python distributions the built-in backends run on (``ppl-bdl info`` reports them)."""
+    return _LIBRARIES
 
 
 #: The backend used when none is named, in order of preference (the first installed one).

@@ -197,6 +197,9 @@ class NumPyroBackend(BackendBase):
         return NumPyroSGMCMC(spec)
 
     # -- devices ---------------------------------------------------------------------------------
+    def set_threads(self, count: int) -> None:
+        """XLA sets its CPU threads when it starts: nothing to change at run time."""
+
     def devices(self) -> list[str]:
         return [_device_name(d) for d in _all_devices()]
 

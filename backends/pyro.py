@@ -223,6 +223,9 @@ class PyroBackend(BackendBase):
         return PyroSGMCMC(spec)
 
     # -- devices ---------------------------------------------------------------------------------
+    def set_threads(self, count: int) -> None:
+        torch.set_num_threads(int(count))
+
     def devices(self) -> list[str]:
         return _available_devices()
 

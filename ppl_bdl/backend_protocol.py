@@ -203,6 +203,10 @@ class Devices(Protocol):
         """The devices this backend can use here."""
         ...
 
+    def set_threads(self, count: int) -> None:
+        """Intra-op CPU threads of the array library (a no-op where it has no such setting)."""
+        ...
+
 
 @runtime_checkable
 class Backend(Arrays, Autodiff, Distributions, Optimizers, NativeSamplers, Devices, Protocol):

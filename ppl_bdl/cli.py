@@ -172,19 +172,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"kernels (fit method=): {', '.join(bdl.kernels.available())}, vi")
     print(f"guides (method='vi'):  {', '.join(bdl.guides.available()) or 'none registered'}")
     print("versions:")
-    for dist in (
-        "numpy",
-        "scipy",
-        "arviz",
-        "xarray",
-        "matplotlib",
-        "torch",
-        "pyro-ppl",
-        "jax",
-        "jaxlib",
-        "numpyro",
-        "optax",
-    ):
+    for dist in ("numpy", "scipy", "arviz", "xarray", "matplotlib", *bdl.backends.libraries()):
         print(f"  {dist:<11} {ver(dist)}")
     return 0
 
@@ -214,10 +202,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             options[key] = getattr(args, key)
     if args.dense_mass:
         options["dense_mass"] = True
-    if args.backend == "pyro" and args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if args.threads:
+        bdl.backends.get(args.backend).set_threads(args.threads)
     post = bdl.fit(
         bound, backend=args.backend, method=args.method, num_warmup=args.num_warmup,
         num_samples=args.num_samples, num_chains=args.num_chains, thinning=args.thinning,
@@ -258,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data", required=True, help="a .npz, .csv or .json file; names = model arguments"
     )
-    p.add_argument("--backend", default="numpyro")
+    p.add_argument("--backend", default=None, help="default: NumPyro if installed")
     p.add_argument("--method", default="nuts")
     p.add_argument("--num-warmup", type=int, default=1000)
     p.add_argument("--num-samples", type=int, default=1000)
@@ -272,7 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--option", action="append", metavar="KEY=VALUE", help="any other fit option (JSON value)"
     )
-    p.add_argument("--threads", type=int, default=None, help="torch threads (pyro backend)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op CPU threads (where the backend has the setting)",
+    )
     p.add_argument("--progress", action="store_true", help="show a progress bar")
     p.add_argument("--out", default=None, help="NetCDF output (default: MODEL_BACKEND_METHOD.nc)")
     p.set_defaults(func=cmd_fit)

@@ -57,14 +57,15 @@ def _split(X: np.ndarray, y: np.ndarray):
 
 
 def _single_thread_torch(backends: Sequence[str]) -> None:
-    # Small models: torch's intra-op threads cost more than they give, and oversubscribe a
-    # shared 2-core machine badly. Respect a thread count the user set explicitly.
+    # Small models: intra-op threads cost more than they give, and oversubscribe a shared
+    # 2-core machine badly. Respect a thread count the user set explicitly.
     import os
 
-    if "pyro" in backends and "OMP_NUM_THREADS" not in os.environ:
-        import torch
+    import ppl_bdl as bdl
 
-        torch.set_num_threads(1)
+    if "OMP_NUM_THREADS" not in os.environ:
+        for name in backends:
+            bdl.backends.get(name).set_threads(1)
 
 
 def _max_rhat(idata, var_names=None) -> float:

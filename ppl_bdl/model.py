@@ -114,7 +114,7 @@ class BoundModel:
         with runtime:
             return self.model.fn(*args, **kwargs)
 
-    def lower(self, backend: str = "numpyro", precision: str = "float32") -> Callable[[], Any]:
+    def lower(self, backend: str | None = None, precision: str = "float32") -> Callable[[], Any]:
         """Return a plain native model: a no-argument callable that Pyro's or NumPyro's own
         ``MCMC``, ``SVI`` and ``Predictive`` accept.
 

@@ -125,7 +125,7 @@ def _rebuild_guide(post: Posterior, model: Any, vi) -> Any:
     name = str(vi.attrs.get("guide", ""))
     if name not in guide_registry.available():
         return None  # a custom @bdl.guide: its function is not saved
-    setup = prepare(model, post.backend or "numpyro", post.precision, 0)
+    setup = prepare(model, post.backend or None, post.precision, 0)
     phi = np.asarray(vi["guide_params"].values)
     dim = setup.layout.dim
     init = GuideInit(loc=np.zeros(dim), prior_scale=np.ones(dim))

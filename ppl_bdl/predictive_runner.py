@@ -183,7 +183,9 @@ def _join(parts: list[dict], axes: dict) -> dict:
     if len(parts) == 1:
         return parts[0]
     return {
-        k: parts[0][k] if axes.get(k) is None else np.concatenate([p[k] for p in parts], axes[k] + 1)
+        k: parts[0][k]
+        if axes.get(k) is None
+        else np.concatenate([p[k] for p in parts], axes[k] + 1)
         for k in parts[0]
     }
 

@@ -122,10 +122,16 @@ def test_sampling_stage_mask():
         (lambda: make_schedule("cosine", 0.1, num_steps=10), "unknown schedule 'cosine'"),
         (lambda: make_schedule("constant", -0.1, num_steps=10), "step_size must be a positive"),
         (lambda: cyclical_step_size(0.1, num_steps=3, num_cycles=5), "num_cycles=5"),
-        (lambda: bdl.kernels.get("sghmc").factory(_quadratic, friction=1.0, momentum_decay=0.1), "not both"),
+        (
+            lambda: bdl.kernels.get("sghmc").factory(_quadratic, friction=1.0, momentum_decay=0.1),
+            "not both",
+        ),
         (lambda: bdl.kernels.get("sgld").factory(_quadratic, temperature=-1.0), "temperature"),
         (lambda: bdl.kernels.get("psgld").factory(_quadratic, decay=1.0), "decay"),
-        (lambda: bdl.kernels.get("csgld").factory(_quadratic, num_steps=10, exploration=1.0), "exploration"),
+        (
+            lambda: bdl.kernels.get("csgld").factory(_quadratic, num_steps=10, exploration=1.0),
+            "exploration",
+        ),
     ],
 )
 def test_kernel_and_schedule_settings_errors(call, match):

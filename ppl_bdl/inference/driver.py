@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -36,6 +37,11 @@ from .minibatch import EpochBatches
 MAX_CHUNK = 1000
 #: Floats of kept draws one chunk may hold on the device (256 MB in float32).
 MAX_ROW_FLOATS = 64_000_000
+
+
+#: Compiled runners by transition step (then backend and vectorisation): runs that share a step
+#: function (a step-size pilot and the run it sets up) share one compiled program.
+_RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Transition(NamedTuple):
@@ -162,7 +168,7 @@ def run_chains(
     groups = [chains] if vectorised else [[c] for c in chains]
     bar = _progress_bar(plan.num_steps * len(chains), name) if progress else None
     draws, infos, traced, failure, final = [], [], [], None, None
-    runners: dict[bool, Any] = {}
+    runners = _RUNNERS.setdefault(transition.step, {})
     try:
         for group in groups:
             rows = [positions[chains.index(c)] for c in group]
@@ -223,11 +229,11 @@ def _run_group(
             }
         else:
             carry = {"state": start_state[0], "key": keys[0][1]}
-        if vectorised not in runners:
-            runners[vectorised] = be.compile_loop(
+        if (be, vectorised) not in runners:
+            runners[be, vectorised] = be.compile_loop(
                 _loop_step(be, transition, vectorised), _emit(transition)
             )
-        runner = runners[vectorised]
+        runner = runners[be, vectorised]
 
     def dispatch(start: int, previous: _Chunk | None) -> _Chunk:
         steps = min(plan.chunk, plan.num_steps - start)

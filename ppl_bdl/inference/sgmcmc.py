@@ -28,6 +28,7 @@ from .common import Setup
 from .driver import Batch, Transition, plan_run, run_chains
 from .failures import raise_failure
 from .minibatch import EpochBatches, minibatch_plate
+from .step_size import check_step_size, choose_step_size, with_step_size
 
 #: Keyword settings a kernel factory may declare; the driver fills them in.
 DRIVER_SUPPLIED = ("value_and_grad", "num_steps", "num_cycles")
@@ -47,7 +48,7 @@ def run_sgmcmc(
     seed: int,
     init: Any,
     progress: bool = False,
-    step_size: float | None = None,
+    step_size: float | str | None = "auto",
     batch_size: int | None = None,
     schedule: str | None = None,
     num_cycles: int = 4,
@@ -61,8 +62,9 @@ def run_sgmcmc(
 
     Parameters
     ----------
-    step_size : float
-        α_0 (the learning rate η for SGHMC), > 0. Required.
+    step_size : float or "auto"
+        α_0 (the learning rate η for SGHMC), > 0; "auto" (the default) picks it with a short
+        pilot (:func:`ppl_bdl.inference.step_size.choose_step_size`).
     batch_size : int, optional
         Minibatch size B <= N; full batch without it.
     schedule : {"constant", "polynomial", "cyclical"}
@@ -95,11 +97,6 @@ def run_sgmcmc(
     from .common import build_posterior, initial_positions
 
     be, name = setup.backend, entry.name
-    if step_size is None:
-        raise ConfigError(
-            f"method {name!r} needs a step_size (α_0 of the schedule; the learning rate for SGHMC), "
-            "e.g. step_size=1e-4. There is no safe default: it depends on the data size and model."
-        )
     plate = minibatch_plate(setup, batch_size)
     params = inspect.signature(entry.factory).parameters
     schedule, exploration = _check_schedule(name, params, schedule, kernel_options)
@@ -107,33 +104,50 @@ def run_sgmcmc(
         raise ConfigError(f"num_cycles must be a positive int, got {num_cycles!r}.")
     keep = plan_keep(num_warmup, num_samples, thinning, num_cycles, exploration)
     num_steps = len(keep)
-    sizes = make_schedule(
-        schedule, step_size, num_steps=num_steps, num_cycles=num_cycles,
-        decay_offset=decay_offset, decay_power=decay_power,
+    # The schedule's shape with α_0 = 1; each chain's state holds α_0 (so a step-size pilot and
+    # the run share one compiled program).
+    unit = make_schedule(
+        schedule, 1.0, num_steps=num_steps, num_cycles=num_cycles, decay_offset=decay_offset,
+        decay_power=decay_power,
     )  # fmt: skip
     transition, data = sgmcmc_transition(
-        setup, entry, kernel_options, sizes, plate, batch_size, num_steps, num_cycles
+        setup, entry, kernel_options, unit, plate, batch_size, num_steps, num_cycles
     )
     positions = initial_positions(setup, init, num_chains, seed)
-    plan = plan_run(keep, num_chains, setup.layout.dim, chunk_size, progress)
 
     def batches(chain: int):
         return EpochBatches(plate[1], batch_size, [seed, chain, 7]) if plate else None
 
-    run = run_chains(be, transition, positions, seed, plan, data, batches, name, progress)
+    if step_size is None or (isinstance(step_size, str) and step_size == "auto"):
+        step_size = choose_step_size(be, transition, positions[0], data, batches, seed, name)
+    else:
+        step_size = check_step_size(step_size)
+    setup.settings["step_size"] = step_size
+    plan = plan_run(keep, num_chains, setup.layout.dim, chunk_size, progress)
+    run = run_chains(
+        be, with_step_size(transition, step_size), positions, seed, plan, data, batches, name,
+        progress,
+    )  # fmt: skip
     if run.failure is not None:
-        raise_failure(setup, run, kind=f"SG-MCMC kernel {name!r}", requested=num_samples, method=name,
-                      step_size=_step_size_at(be, sizes, run.failure.step),
-                      log_likelihood=log_likelihood)  # fmt: skip
-    return build_posterior(setup, run.draws, run.infos, name, log_likelihood=log_likelihood)
+        size = step_size * float(be.to_numpy(_unit_at(be, unit, run.failure.step)))
+        raise_failure(setup, run, kind=f"SG-MCMC kernel {name!r}", requested=num_samples,
+                      method=name, step_size=size, log_likelihood=log_likelihood)  # fmt: skip
+    return build_posterior(
+        setup,
+        run.draws,
+        run.infos,
+        name,
+        log_likelihood=log_likelihood,
+    )
 
 
 def sgmcmc_transition(
-    setup: Setup, entry, options: dict, schedule, plate, batch_size, num_steps, num_cycles
+    setup: Setup, entry, options: dict, unit_schedule, plate, batch_size, num_steps, num_cycles
 ) -> tuple[Transition, list]:
     """The per-chain transition of kernel ``entry`` and the data's arrays its steps read:
-    ``init(key, position, data)``, ``step(key, state, batch)`` with the step size of ``schedule`` at the
-    chain's step counter, and ``emit(state)``, the position."""
+    ``init(key, position, data, step_size)``, ``step(key, state, batch)`` with the step size
+    α_0 × ``unit_schedule(t)`` at the chain's step counter t (α_0 is in the state), and
+    ``emit(state)``, the position."""
     be = setup.backend
     density = ModelDensity(setup.bound, be, setup.layout, setup.params)
     plate_name = plate[0] if plate else None
@@ -149,12 +163,17 @@ def sgmcmc_transition(
         kernel = build_kernel(entry, options, value_and_grad=value_and_grad,
                               num_steps=num_steps, num_cycles=num_cycles)  # fmt: skip
 
-    def init(key, position, data=None):
-        return {"kernel": kernel.init(position), "t": be.asarray(0, dtype="int")}
+    def init(key, position, data=None, step_size=1.0):
+        return {
+            "kernel": kernel.init(position),
+            "t": be.asarray(0, dtype="int"),
+            "step_size": be.asarray(step_size),
+        }
 
     def step(key, state, batch):
-        new, info = kernel.step(key, state["kernel"], batch, schedule(state["t"]))
-        return {"kernel": new, "t": state["t"] + 1}, info
+        size = state["step_size"] * unit_schedule(state["t"])
+        new, info = kernel.step(key, state["kernel"], batch, size)
+        return dict(state, kernel=new, t=state["t"] + 1), info
 
     def emit(state):
         return state["kernel"]["position"]
@@ -229,6 +248,6 @@ def build_kernel(entry, options: dict, **supplied):
     return entry.factory(**options, **given)
 
 
-def _step_size_at(be, schedule, step: int) -> float:
+def _unit_at(be, schedule, step: int):
     with be.scope(), be.activate():
-        return float(be.to_numpy(schedule(be.asarray(step, dtype="int"))))
+        return schedule(be.asarray(step, dtype="int"))
