@@ -21,9 +21,10 @@ import numpy as np
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.minibatch import minibatch_plate
-from ppl_bdl.inference.sgmcmc import _Driver
-from ppl_bdl.layout import make_potential
+from ppl_bdl.inference.driver import plan_run, run_chains
+from ppl_bdl.inference.minibatch import EpochBatches, minibatch_plate
+from ppl_bdl.inference.sgmcmc import sgmcmc_transition
+from ppl_bdl.inference.step_size import with_step_size
 from ppl_bdl.schedules import make_schedule
 
 D, H, B = 8, 50, 100
@@ -72,29 +73,27 @@ def interleaved(runs: dict, steps: int) -> dict:
 
 
 def make_ours(backend: str, method: str, n: int, steps: int, **options) -> float:
-    """A run of ``steps`` steps of our kernel through the SG-MCMC driver (one chain, B)."""
+    """A run of ``steps`` steps of our kernel through the driver ``fit`` runs (one chain, B):
+    the same transition, plan, epoch minibatches and kept-draw read-back, without the set-up
+    (tracing the model, the posterior) that ``fit`` adds once per run."""
     X, y = make_data(n)
     setup = prepare(bnn(X, y), backend, "float32", 0)
     entry = bdl.kernels.get(method)
-    kernel = entry.factory(**options)
-    be = setup.backend
-    potential = make_potential(setup.bound, be, setup.layout, setup.params)
     plate = minibatch_plate(setup, B)
-    schedule = make_schedule("constant", STEP_TIMES_N / n, num_steps=steps)
-    with be.activate():
-        sizes = np.asarray(be.to_numpy(schedule(np.arange(steps))))
+    unit = make_schedule("constant", 1.0, num_steps=steps)
+    transition, data = sgmcmc_transition(setup, entry, options, unit, plate, B, steps, 4)
+    transition = with_step_size(transition, STEP_TIMES_N / n)
     keep = np.zeros(steps, bool)
     keep[-1] = True
-    chunk = min(steps, 1000)
-    driver = _Driver(
-        be, kernel, potential, plate, B, sizes, keep, chunk, method, False, schedule=schedule
-    )
-    driver.use_site_gradient(setup)
+    plan = plan_run(keep, 1, setup.layout.dim)
     init = np.random.default_rng(0).normal(size=(1, setup.layout.dim)) * 0.1
 
     def run():
-        failure = driver.run([0], init, 1, [], [])
-        assert failure is None, failure
+        result = run_chains(
+            setup.backend, transition, init, 1, plan, data,
+            lambda chain: EpochBatches(n, B, [1, chain, 7]), method,
+        )  # fmt: skip
+        assert result.failure is None, result.failure
 
     return run
 

@@ -3,7 +3,7 @@
 :func:`trace_model` runs a bound model once, validating it, and records its sites.
 :class:`LatentLayout` lays every continuous latent site out in one flat vector of the
 unconstrained space (each support mapped to R^k by the backend's bijection), so kernels and
-guides are written once for a single array. :func:`make_potential` gives the potential energy
+guides are written once for a single array. :class:`ModelDensity` gives the potential energy
 U(θ) = −log p(θ, D) (minus log-Jacobians) of a flat vector, optionally on a minibatch.
 """
 
@@ -19,9 +19,12 @@ from .interpreter import Evaluator, SiteRecord
 
 
 def trace_model(
-    bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True
-):
-    """Run ``bound`` once on ``backend`` with validation on; return its sites by name."""
+    bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True,
+    batch: dict | None = None,
+):  # fmt: skip
+    """Run ``bound`` once on ``backend`` with validation on; return its sites by name.
+
+    ``batch`` (plate name -> indices) runs the plate on a subset, as a minibatch does."""
     from .model import BoundModel
 
     if not isinstance(bound, BoundModel):
@@ -29,8 +32,9 @@ def trace_model(
     with backend.scope():
         key = backend.random.key(seed)
         ev = Evaluator(
-            backend, key=key, missing=missing, values=values, validate=validate, record=True
-        )
+            backend, key=key, missing=missing, values=values, validate=validate, record=True,
+            batch=None if batch is None else {k: backend.asarray(v, "int") for k, v in batch.items()},
+        )  # fmt: skip
         bound.run_with(ev)
     if not any(site.kind in ("latent", "observed") for site in ev.sites.values()):
         raise ModelError(

@@ -2,7 +2,7 @@
 
 Each builds a loss ``loss(phi, noise, batch) -> scalar`` (the negative objective) from a
 guide over the flat unconstrained latent vector and the model's potential U(θ) = −log p(θ, D) −
-log|J| (:func:`~ppl_bdl.layout.make_potential`). With log weights log w_k = −U(θ_k) − log q(θ_k),
+log|J| (:class:`~ppl_bdl.layout.ModelDensity`). With log weights log w_k = −U(θ_k) − log q(θ_k),
 θ_k ~ q reparameterised:
 
 - ``elbo``: the Monte Carlo ELBO, mean_k log w_k (the chapter's Eq. 2.15). Sites whose prior is a

@@ -165,7 +165,9 @@ def _full(moment: np.ndarray, sites, name: str, kind: str, axes: dict, points: i
     shape = sites[name].shape
     target = list(shape.batch + shape.extra)
     target[axis] = points
-    trailing = moment.shape[-1:] if kind == "probs" else ()
+    # Categorical probabilities have a class axis after the site's shape; Bernoulli's do not.
+    classes = kind == "probs" and sites[name].spec.name == "Categorical"
+    trailing = moment.shape[-1:] if classes else ()
     core = moment.shape[1 : moment.ndim - len(trailing)]
     padded = moment.reshape(moment.shape[:1] + (1,) * (len(target) - len(core)) + core + trailing)
     return np.broadcast_to(padded, moment.shape[:1] + tuple(target) + trailing)

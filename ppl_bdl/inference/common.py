@@ -53,17 +53,28 @@ def prepare(
     return Setup(bound, be, sites, layout, params)
 
 
+#: Jitter of the prior median, in prior standard deviations, for ``init="median"``.
+MEDIAN_JITTER = 0.1
+
+
 def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np.ndarray:
     """Initial flat unconstrained positions, one row per chain.
 
     ``init`` is "uniform" (uniform on [-2, 2] in the unconstrained space, as Stan and NumPyro do),
-    "prior" (a prior draw), "median" (the prior median, estimated from prior draws), or a dict of
-    constrained values for some sites (the rest uniform).
+    "prior" (a prior draw per chain), "median" (the prior median, estimated from 101 prior draws,
+    plus a jitter of :data:`MEDIAN_JITTER` prior standard deviations per chain: each chain starts
+    near the prior's centre, not all at one point; a good start for neural networks), a dict of
+    constrained values for some sites (the rest uniform), or a :class:`~ppl_bdl.Posterior` of
+    the same model (a VI or MAP fit: chain c starts at its draw c, taken round-robin).
     """
+    from ..posterior import Posterior
+
     be, layout = setup.backend, setup.layout
     rng = np.random.default_rng(seed)
     if isinstance(init, str) and init == "uniform":
         return rng.uniform(-2.0, 2.0, size=(num_chains, layout.dim))
+    if isinstance(init, Posterior):
+        return _from_posterior(setup, init, num_chains)
     if isinstance(init, dict):
         unknown = set(init) - set(layout.names)
         if unknown:
@@ -80,18 +91,65 @@ def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np
             rows.append(layout.unconstrain({n: sites[n].value for n in layout.names}, be))
         return np.stack(rows)
     if init in ("prior", "median"):
-        draws = []
-        count = num_chains if init == "prior" else 101
-        for i in range(count):
-            sites = trace_model(setup.bound, be, seed=seed + i, missing="prior", validate=False)
-            draws.append(layout.unconstrain({n: sites[n].value for n in layout.names}, be))
-        draws = np.stack(draws)
-        if init == "median":
-            return np.repeat(np.median(draws, axis=0, keepdims=True), num_chains, axis=0)
-        return draws
+        draws = prior_draws(setup, num_chains if init == "prior" else 101, seed)
+        if init == "prior":
+            return draws
+        q25, median, q75 = np.percentile(draws, [25, 50, 75], axis=0)
+        sd = (q75 - q25) / 1.349  # the standard deviation of a normal with that spread
+        return median + MEDIAN_JITTER * sd * rng.normal(size=(num_chains, layout.dim))
     raise ConfigError(
-        f"init must be 'uniform', 'prior', 'median' or a dict of site values, got {init!r}."
+        "init must be 'uniform', 'prior', 'median', a dict of site values or a Posterior, got "
+        f"{init!r}."
     )
+
+
+def prior_draws(setup: Setup, count: int, seed: int) -> np.ndarray:
+    """``count`` prior draws of the flat unconstrained latent vector (count, d).
+
+    The model runs on one point of its data plate when every latent site is global: the draws
+    need no likelihood, and a deep network's forward pass over all the data, ``count`` times,
+    would cost more than the fit."""
+    be, layout = setup.backend, setup.layout
+    batch = _one_point(setup)
+    rows = []
+    for i in range(count):
+        sites = trace_model(setup.bound, be, seed=seed + i, missing="prior", validate=False,
+                            batch=batch)  # fmt: skip
+        rows.append(layout.unconstrain({n: sites[n].value for n in layout.names}, be))
+    return np.stack(rows)
+
+
+def _one_point(setup: Setup) -> dict | None:
+    plates = {f.name for s in setup.sites.values() if s.kind == "observed" for f in s.plates}
+    latent_plates = {f.name for s in setup.sites.values() if s.kind == "latent" for f in s.plates}
+    if len(plates) != 1 or plates & latent_plates:
+        return None
+    return {next(iter(plates)): np.zeros(1, np.int64)}
+
+
+def _from_posterior(setup: Setup, post, num_chains: int) -> np.ndarray:
+    """Chain c starts at draw c (round-robin) of a posterior of the same model."""
+    missing = [n for n in setup.layout.names if n not in post.samples]
+    if missing:
+        raise ConfigError(
+            f"init is a posterior without the model's latent site(s) {missing} (it has "
+            f"{sorted(post.samples)}): pass a posterior of the same model."
+        )
+    be, layout = setup.backend, setup.layout
+    flat = {n: np.asarray(post.samples[n]).reshape((-1,) + post.samples[n].shape[2:])
+            for n in layout.names}  # fmt: skip
+    total = len(next(iter(flat.values())))
+    rows = []
+    for chain in range(num_chains):
+        values = {n: v[chain % total] for n, v in flat.items()}
+        for slot in layout.slots:
+            if tuple(np.shape(values[slot.name])) != slot.shape:
+                raise ConfigError(
+                    f"init: the posterior's site {slot.name!r} has shape "
+                    f"{np.shape(values[slot.name])}; the model's has {slot.shape}."
+                )
+        rows.append(layout.unconstrain(values, be))
+    return np.stack(rows)
 
 
 class _Replayer:

@@ -12,7 +12,7 @@ from .. import guides as guide_registry
 from ..errors import ConfigError, ModelError
 from ..guides.base import GuideInit
 from ..guides.custom import CustomGuide, bind_guide
-from .common import Setup, initial_positions
+from .common import Setup, initial_positions, prior_draws
 
 #: Prior draws used to set a guide's initial mean and per-coordinate scale.
 INIT_DRAWS = 20
@@ -31,7 +31,7 @@ def guide_init(setup: Setup, init_loc: Any, seed: int) -> GuideInit:
             f"init_loc must be 'prior', 'median', a dict of site values or a flat array, got {init_loc!r}."
         )
     try:
-        draws = initial_positions(setup, "prior", INIT_DRAWS, seed)
+        draws = prior_draws(setup, INIT_DRAWS, seed)
     except ModelError:  # an improper (flat) prior has no draws: fall back to N(0, 1)-ish
         draws = None
     if draws is None or not np.all(np.isfinite(draws)):
