@@ -126,6 +126,33 @@ class Posterior:
             self, bound, num_samples=num_samples, seed=seed, site=site, device=device
         )
 
+    def evaluate(
+        self,
+        bound,
+        num_samples: int | None = None,
+        seed: int = 0,
+        site: str | None = None,
+        num_bins: int = 15,
+        binning: str = "equal_width",
+    ) -> dict[str, float]:
+        """Scores of the predictions on held-out data: ``post.evaluate(model(X_test, y_test))``.
+
+        A dict of floats: accuracy, nll, brier, ece, predictive_entropy, expected_entropy and
+        mutual_information for a classifier; rmse, nll and the variances for regression. See
+        :func:`ppl_bdl.evaluation.evaluate` and :mod:`ppl_bdl.metrics`.
+        """
+        from .evaluation import evaluate
+
+        return evaluate(
+            self,
+            bound,
+            num_samples=num_samples,
+            seed=seed,
+            site=site,
+            num_bins=num_bins,
+            binning=binning,
+        )
+
     # -- saving -------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the posterior to NetCDF through ArviZ; read it back with :func:`ppl_bdl.load`
