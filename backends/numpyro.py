@@ -333,3 +333,10 @@ class NumPyroBackend(Backend):
         from ._vi_numpyro import NumPyroVISupport
 
         return NumPyroVISupport(self)
+
+    def lift_module(self, module):
+        """The parameters and forward pass of an ``equinox.Module`` for :func:`ppl_bdl.nn.lift`
+        (a :class:`~ppl_bdl.nn.ModuleParts`), or None for a module of another kind."""
+        from ._jax_lift import lift_module
+
+        return lift_module(module)

@@ -275,6 +275,13 @@ class PyroBackend(Backend):
 
         return PyroVISupport(self)
 
+    def lift_module(self, module):
+        """The parameters and forward pass of a ``torch.nn.Module`` for :func:`ppl_bdl.nn.lift`
+        (a :class:`~ppl_bdl.nn.ModuleParts`), or None for a module of another kind."""
+        from ._torch_lift import lift_module
+
+        return lift_module(module)
+
 
 class _StatsRecorder:
     """Pyro MCMC hook: per-draw sample stats, read off the kernel after each iteration."""
