@@ -64,7 +64,8 @@ def make_math() -> SimpleNamespace:
     m.sigmoid = jax.nn.sigmoid
     m.softplus = jax.nn.softplus
     m.relu = jax.nn.relu
-    m.gelu = jax.nn.gelu
+    # the exact GELU, x·Φ(x), as torch's default (jax.nn.gelu defaults to the tanh approximation)
+    m.gelu = lambda x: jax.nn.gelu(x, approximate=False)
     m.elu = jax.nn.elu
     m.silu = jax.nn.silu
     m.softmax = jax.nn.softmax

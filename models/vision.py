@@ -21,7 +21,7 @@ Example
 >>> from ppl_bdl.models import images, vision
 >>> X, y = images.make_synthetic_images(n=32, num_classes=3, size=12, seed=0)
 >>> model = vision.make_classifier(vision.lenet5(image_size=12, num_classes=3))
->>> post = bdl.fit(model(X, y), backend="numpyro", method="vi", num_steps=5, batch_size=8,
+>>> post = bdl.fit(model(X, y), backend="pyro", method="vi", num_steps=5, batch_size=8,
 ...                num_samples=2, progress=False)
 >>> post.samples["lenet5.conv1.weight"].shape
 (1, 2, 6, 1, 5, 5)

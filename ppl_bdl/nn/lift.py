@@ -109,6 +109,13 @@ class Lifted(Module):
         with backend.activate():
             return super().sites()
 
+    def priors(self, backend=None) -> dict[str, Any]:
+        """Site name -> prior on ``backend`` (a backend object; default: the one running)."""
+        if backend is None:
+            return super().priors()
+        with backend.activate():
+            return super().priors()
+
     # -- lifting, once per backend ---------------------------------------------------------------
     def _lifted(self, backend) -> tuple[ModuleParts, list[str], dict[str, Array]]:
         key = id(backend)
