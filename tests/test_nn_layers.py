@@ -224,19 +224,3 @@ def test_mlp_and_dense_keep_their_names_shapes_and_arguments():
     ]  # fmt: skip
     assert net.priors()["net.1.bias"].params == {"loc": 0.0, "scale": 0.5}
     assert nn.Dense("fc", 2, 3, bias=False).sites() == {"fc.weight": (2, 3)}
-
-
-def test_a_network_samples_its_sites_in_a_model(backend):
-    net = nn.Sequential("cnn", [nn.Conv2d("conv", 1, 2, 3), nn.Flatten(), nn.Dense("fc", 8, 2)])
-
-    @bdl.model
-    def cnn(X, y=None):
-        f = net.sample()
-        with bdl.plate("data", X.shape[0]) as idx:
-            bdl.sample("y", dist.Categorical(logits=f(X[idx])), obs=None if y is None else y[idx])
-
-    X = np.random.default_rng(0).normal(size=(6, 1, 4, 4))
-    prior = bdl.prior_predictive(cnn(X), backend=backend, num_samples=3)
-    assert prior.draws["cnn.conv.weight"].shape == (3, 2, 1, 3, 3)
-    assert prior.draws["cnn.fc.bias"].shape == (3, 2)
-    assert prior.draws["y"].shape == (3, 6)

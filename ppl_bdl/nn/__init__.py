@@ -24,7 +24,7 @@ Example
 ...     with bdl.plate("data", X.shape[0]) as idx:
 ...         bdl.sample("y", dist.Categorical(logits=f(X[idx])), obs=None if y is None else y[idx])
 >>> X = np.random.default_rng(0).normal(size=(16, 1, 8, 8)); y = np.arange(16) % 3
->>> post = bdl.fit(cnn(X, y), backend="numpyro", method="vi", num_steps=10, num_samples=4,
+>>> post = bdl.fit(cnn(X, y), backend="pyro", method="vi", num_steps=10, num_samples=4,
 ...                progress=False)
 >>> post.samples["cnn.conv.weight"].shape
 (1, 4, 4, 1, 3, 3)
