@@ -14,6 +14,8 @@ Example
 
 from __future__ import annotations
 
+import numbers
+
 from .. import math as bm
 from ..errors import ModelError
 from .module import Module, Site, check_layer_prior, check_name, check_positive_int, shape_of
@@ -23,11 +25,13 @@ Pair = tuple[int, int]
 
 
 def _pair(value: object, label: str, where: str, minimum: int = 1) -> Pair:
-    items = (value, value) if isinstance(value, int) else value
+    items = (value, value) if isinstance(value, numbers.Integral) else value
     if (
         not isinstance(items, tuple | list)
         or len(items) != 2
-        or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items)
+        or any(
+            isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum for v in items
+        )
     ):
         raise ModelError(
             f"{where}: {label} must be an int >= {minimum} or a pair of them, got {value!r}."

@@ -9,6 +9,8 @@ Example
 
 from __future__ import annotations
 
+import math
+
 from .. import math as bm
 from ..errors import ModelError
 from .module import Module, Site, check_layer_prior, check_name, check_positive_int, shape_of
@@ -107,10 +109,7 @@ class Flatten(Module):
                 f"{self.describe(path)}: start_dim={self.start_dim} is out of range for an input "
                 f"of shape {seen}."
             )
-        size = 1
-        for s in seen[start:]:
-            size *= s
-        return bm.reshape(x, seen[:start] + (size,))
+        return bm.reshape(x, seen[:start] + (math.prod(seen[start:]),))
 
     def __repr__(self) -> str:
         return f"Flatten(start_dim={self.start_dim})"

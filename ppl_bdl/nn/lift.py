@@ -32,6 +32,7 @@ Example
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -242,9 +243,7 @@ def _fans(parts: ModuleParts, name: str) -> tuple[int, int]:
             return parts.fans[sibling]
     if name in parts.fans:
         return parts.fans[name]
-    n = 1
-    for s in shape_of(parts.params[name]):
-        n *= s
+    n = math.prod(shape_of(parts.params[name]))
     return n, n
 
 

@@ -12,6 +12,7 @@ own, the container's prior.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -96,13 +97,7 @@ class Module:
 
     def num_weights(self) -> int:
         """The number of scalar weights (the sum of the sites' sizes)."""
-        total = 0
-        for shape in self.sites().values():
-            n = 1
-            for s in shape:
-                n *= s
-            total += n
-        return total
+        return sum(math.prod(shape) for shape in self.sites().values())
 
     def sample(self) -> SampledNetwork:
         """Sample every weight site; return the network with those weights, as a function of x.

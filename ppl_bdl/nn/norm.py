@@ -14,6 +14,9 @@ Example
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from .. import math as bm
 from ..dist import Distribution, Normal
 from ..errors import ModelError
@@ -53,11 +56,17 @@ class LayerNorm(Module):
     ):
         where = f"LayerNorm({name!r})"
         self.name = check_name(name, "LayerNorm")
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        shape = (
+            (normalized_shape,)
+            if isinstance(normalized_shape, numbers.Integral)
+            else normalized_shape
+        )
         if (
             not isinstance(shape, tuple | list)
             or not shape
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape)
+            or any(
+                isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in shape
+            )
         ):
             raise ModelError(
                 f"{where}: normalized_shape must be a positive int or a tuple of them, got "
@@ -75,9 +84,7 @@ class LayerNorm(Module):
         self.bias_prior = check_layer_prior(bias_prior, where)
 
     def _priors(self, where: str) -> tuple[Distribution, Distribution]:
-        n = 1
-        for s in self.normalized_shape:
-            n *= s
+        n = math.prod(self.normalized_shape)
         prior = 1.0 if self.prior is None else self.prior
         if isinstance(prior, int | float) and not isinstance(prior, bool):
             gain = Normal(1.0, float(prior))
