@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # ~25 s: four fits on both backends; the same code runs by default in test_nn_*
 @pytest.mark.filterwarnings("ignore:could not trace")
 def test_nn_docs_examples_run(capsys):
     text = (ROOT / "docs" / "nn.md").read_text()

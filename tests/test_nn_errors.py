@@ -53,7 +53,7 @@ def test_a_dense_layer_after_flatten_says_what_it_got(backend):
     assert "in_features=150" in msg
 
 
-def test_the_error_reaches_the_user_from_fit(backend):
+def test_the_error_reaches_the_user_from_fit():
     net = cnn()
 
     @bdl.model
@@ -64,7 +64,7 @@ def test_the_error_reaches_the_user_from_fit(backend):
 
     X, y = np.zeros((6, 1, 10, 10)), np.zeros(6, dtype=int)
     with pytest.raises(ModelError, match=r"Dense 'cnn.fc' .* got shape \(6, 150\)"):
-        bdl.fit(model(X, y), backend=backend, method="vi", num_steps=2, progress=False)
+        bdl.fit(model(X, y), backend="pyro", method="vi", num_steps=2, progress=False)
 
 
 def test_weights_of_the_wrong_shape_name_the_site(backend):
