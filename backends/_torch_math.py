@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 Tensor = torch.Tensor
 
@@ -37,6 +38,53 @@ def _minmax(fn):
         return fn(x, dim=axis, keepdim=keepdims).values
 
     return reduce
+
+
+def _pair(v) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def _padding(p) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((top, bottom), (left, right)) from an int, a pair, or a pair of pairs."""
+    if isinstance(p, int):
+        return ((p, p), (p, p))
+    return tuple((int(q), int(q)) if isinstance(q, int) else (int(q[0]), int(q[1])) for q in p)
+
+
+def _pad(x, padding, value):
+    """``x`` padded explicitly, and the symmetric (pH, pW) left for torch to pad."""
+    (pt, pb), (pl, pr) = _padding(padding)
+    if pt == pb and pl == pr:
+        return x, (pt, pl)
+    return F.pad(x, (pl, pr, pt, pb), value=value), (0, 0)
+
+
+def conv2d(x, w, stride=1, padding=0, groups=1, dilation=1):
+    x, pads = _pad(_t(x), padding, 0.0)
+    return F.conv2d(x, _t(w), None, _pair(stride), pads, _pair(dilation), int(groups))
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    x = _t(x)
+    (pt, pb), (pl, pr) = _padding(padding)
+    if (pt, pl) != (pb, pr) or 2 * max(pt, pl) > min(_pair(kernel_size)):
+        # torch pads at most half a window, and only symmetrically: pad with -inf ourselves
+        x, pads = F.pad(x, (pl, pr, pt, pb), value=-float("inf")), (0, 0)
+    else:
+        pads = (pt, pl)
+    stride = kernel_size if stride is None else stride
+    return F.max_pool2d(x, _pair(kernel_size), _pair(stride), pads)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0):
+    x = _t(x)
+    (pt, pb), (pl, pr) = _padding(padding)
+    if (pt, pl) != (pb, pr) or 2 * max(pt, pl) > min(_pair(kernel_size)):
+        x, pads = F.pad(x, (pl, pr, pt, pb), value=0.0), (0, 0)
+    else:
+        pads = (pt, pl)
+    stride = kernel_size if stride is None else stride
+    return F.avg_pool2d(x, _pair(kernel_size), _pair(stride), pads, count_include_pad=True)
 
 
 def make_math() -> SimpleNamespace:
@@ -99,4 +147,7 @@ def make_math() -> SimpleNamespace:
         a, b, upper=not lower
     )
     m.asarray = lambda x: _t(x)
+    m.conv2d = conv2d
+    m.max_pool2d = max_pool2d
+    m.avg_pool2d = avg_pool2d
     return m

@@ -196,6 +196,14 @@ class NumPyroBackend(BackendBase):
 
         return NumPyroSGMCMC(spec)
 
+    # -- modules ---------------------------------------------------------------------------------
+    def lift_module(self, module):
+        """The parameters and forward pass of an ``equinox.Module`` for :func:`ppl_bdl.nn.lift`
+        (a :class:`~ppl_bdl.nn.ModuleParts`), or None for a module of another kind."""
+        from ._jax_lift import lift_module
+
+        return lift_module(module)
+
     # -- devices ---------------------------------------------------------------------------------
     def set_threads(self, count: int) -> None:
         """XLA sets its CPU threads when it starts: nothing to change at run time."""

@@ -222,6 +222,14 @@ class PyroBackend(BackendBase):
 
         return PyroSGMCMC(spec)
 
+    # -- modules ---------------------------------------------------------------------------------
+    def lift_module(self, module):
+        """The parameters and forward pass of a ``torch.nn.Module`` for :func:`ppl_bdl.nn.lift`
+        (a :class:`~ppl_bdl.nn.ModuleParts`), or None for a module of another kind."""
+        from ._torch_lift import lift_module
+
+        return lift_module(module)
+
     # -- devices ---------------------------------------------------------------------------------
     def set_threads(self, count: int) -> None:
         torch.set_num_threads(int(count))

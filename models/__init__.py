@@ -1,7 +1,9 @@
-"""Models written in the DSL: the posteriordb reference posteriors, regression, and BNNs.
+"""Models written in the DSL: the posteriordb reference posteriors, regression, BNNs, and image
+classifiers (LeNet-5, ResNet-20, the 784-400-400-10 MLP; :mod:`ppl_bdl.models.vision`).
 
 Installed as ``ppl_bdl.models``. :func:`examples` gives every model bound to small data, which is
-what the conformance suite runs on every backend.
+what the conformance suite runs on every backend (the image classifiers are left out: they are too
+large for NUTS; tests/test_nn_models.py fits them).
 
 Example
 -------
@@ -14,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import bnn, posteriordb, regression
+from . import bnn, images, posteriordb, regression, vision
 
-__all__ = ["bnn", "examples", "posteriordb", "regression"]
+__all__ = ["bnn", "examples", "images", "posteriordb", "regression", "vision"]
 
 
 def examples() -> dict[str, Any]:

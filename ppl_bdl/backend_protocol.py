@@ -18,6 +18,7 @@ The groups:
   :class:`~ppl_bdl.optim.OptimizerConfig`, built from the backend's own library.
 - :class:`NativeSamplers`: the backend's NUTS/HMC, and our SG-MCMC kernels as its native kernels.
 - :class:`Devices`: where arrays live (``fit(..., device=...)``).
+- :class:`Modules`: a network of the backend's own module library lifted into sample sites.
 
 Example
 -------
@@ -209,5 +210,17 @@ class Devices(Protocol):
 
 
 @runtime_checkable
-class Backend(Arrays, Autodiff, Distributions, Optimizers, NativeSamplers, Devices, Protocol):
+class Modules(Protocol):
+    def lift_module(self, module: Any) -> Any:
+        """A network of the backend's own module library (a ``torch.nn.Module``, an
+        ``equinox.Module``) as its named parameters and a pure forward pass
+        (:class:`ppl_bdl.nn.ModuleParts`), or None for a module of another kind
+        (:func:`ppl_bdl.nn.lift`)."""
+        ...
+
+
+@runtime_checkable
+class Backend(
+    Arrays, Autodiff, Distributions, Optimizers, NativeSamplers, Devices, Modules, Protocol
+):
     """Everything the core needs from a backend."""

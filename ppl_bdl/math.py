@@ -32,17 +32,17 @@ NAMES = (
     "stack", "where", "clip", "zeros", "ones", "zeros_like", "ones_like", "full", "arange",
     "eye", "diag", "tril", "cholesky", "triangular_solve", "erf", "lgamma", "digamma", "isfinite",
     "sin", "cos", "pi", "maximum", "minimum", "sign", "floor", "asarray", "expand_dims", "squeeze",
-    "einsum", "norm", "logaddexp",
+    "einsum", "norm", "logaddexp", "conv2d", "max_pool2d", "avg_pool2d",
 )  # fmt: skip
 
 
-def _dispatch(name: str):
+def _dispatch(name: str, doc: str | None = None):
     def fn(*args, **kwargs):
         return getattr(current_backend().math, name)(*args, **kwargs)
 
     fn.__name__ = name
     fn.__qualname__ = name
-    fn.__doc__ = f"``{name}`` on the active backend (numpy-like signature)."
+    fn.__doc__ = doc or f"``{name}`` on the active backend (numpy-like signature)."
     return fn
 
 
@@ -111,3 +111,22 @@ cos = _dispatch("cos")
 sign = _dispatch("sign")
 floor = _dispatch("floor")
 asarray = _dispatch("asarray")
+
+# -- convolution and pooling (NCHW inputs, like torch) -------------------------------------------
+conv2d = _dispatch(
+    "conv2d",
+    """``conv2d(x, w, stride=1, padding=0, groups=1, dilation=1)``: the 2-D cross-correlation of
+    ``x`` shaped (N, C, H, W) with ``w`` shaped (O, C // groups, kH, kW), as
+    ``torch.nn.functional.conv2d`` without bias. ``padding`` (zeros) is an int, a pair (pH, pW) or
+    a pair of pairs ((top, bottom), (left, right)); ``stride`` and ``dilation`` an int or a pair.""",
+)
+max_pool2d = _dispatch(
+    "max_pool2d",
+    """``max_pool2d(x, kernel_size, stride=None, padding=0)``: the maximum over windows of the last
+    two axes of an NCHW array (padding counts as -inf); ``stride`` defaults to ``kernel_size``.""",
+)
+avg_pool2d = _dispatch(
+    "avg_pool2d",
+    """``avg_pool2d(x, kernel_size, stride=None, padding=0)``: the mean over windows of the last two
+    axes of an NCHW array; padded zeros count in the mean (torch's ``count_include_pad=True``).""",
+)

@@ -105,3 +105,7 @@ class DelegateBackend(BackendBase):
 
     def set_threads(self, count: int) -> None:
         pass
+
+    # modules
+    def lift_module(self, module):
+        return None  # no module library of its own
