@@ -197,20 +197,18 @@ class ModelDensity:
         return self.site_potential(self.layout.unflatten(flat), data, batch, params)
 
     def value_and_grad(self, flat, data=None, batch=None, params=None):
-        """(U, ∇U) at a flat θ. Differentiated per site and concatenated: the backward pass of
-        slicing one flat vector (pads and adds) costs more than that on JAX."""
-        be = self.backend
-        value, grads = be.value_and_grad(
-            lambda sites: self.site_potential(sites, data, batch, params)
-        )(self.layout.unflatten(flat))
-        return value, self.layout.flatten(grads, be)
+        """(U, ∇U) at a flat θ. (Differentiated through the flat vector: at a deep network's
+        size the gradient per site, concatenated, costs ~65% more on XLA's CPU backend; on a
+        small network it saves ~6%.)"""
+        return self.backend.value_and_grad(lambda f: self.potential(f, data, batch, params))(flat)
 
-    def replay(self, flat, data=None, log_likelihood: bool = True):
+    def replay(self, flat, data=None, log_likelihood: bool = True, batch=None):
         """Constrained latents and deterministics at one flat draw, and (optionally) the
-        pointwise log-likelihood of each observed site (ArviZ's log_likelihood group)."""
+        pointwise log-likelihood of each observed site (ArviZ's log_likelihood group).
+        ``batch`` runs a plate on some of its points only (see :class:`Evaluator`)."""
         ev = Evaluator(
             self.backend, unconstrained=self.layout.unflatten(flat), params=self.params,
-            record=True,
+            record=True, batch=batch,
         )  # fmt: skip
         sites = self._run(ev, data).sites
         values = {n: s.value for n, s in sites.items() if s.kind in ("latent", "deterministic")}

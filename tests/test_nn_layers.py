@@ -18,7 +18,7 @@ BACKENDS = bdl.backends.available()
 def run(net: nn.Module, values: dict, x: np.ndarray, backend: str, precision: str = "float64"):
     """``net.apply(values, x)`` on ``backend``, as NumPy."""
     be = bdl.backends.get(backend, precision)
-    with be.activate(), be.precision_scope():
+    with be.activate(), be.scope():
         out = net.apply({k: be.asarray(v) for k, v in values.items()}, be.asarray(x))
         return np.asarray(be.to_numpy(out), dtype=float)
 

@@ -55,13 +55,15 @@ def prepare(
 
 #: Jitter of the prior median, in prior standard deviations, for ``init="median"``.
 MEDIAN_JITTER = 0.1
+#: Prior draws that estimate the median and spread for ``init="median"``.
+MEDIAN_DRAWS = 25
 
 
 def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np.ndarray:
     """Initial flat unconstrained positions, one row per chain.
 
     ``init`` is "uniform" (uniform on [-2, 2] in the unconstrained space, as Stan and NumPyro do),
-    "prior" (a prior draw per chain), "median" (the prior median, estimated from 101 prior draws,
+    "prior" (a prior draw per chain), "median" (the prior median, estimated from 25 prior draws,
     plus a jitter of :data:`MEDIAN_JITTER` prior standard deviations per chain: each chain starts
     near the prior's centre, not all at one point; a good start for neural networks), a dict of
     constrained values for some sites (the rest uniform), or a :class:`~ppl_bdl.Posterior` of
@@ -91,7 +93,7 @@ def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np
             rows.append(layout.unconstrain({n: sites[n].value for n in layout.names}, be))
         return np.stack(rows)
     if init in ("prior", "median"):
-        draws = prior_draws(setup, num_chains if init == "prior" else 101, seed)
+        draws = prior_draws(setup, num_chains if init == "prior" else MEDIAN_DRAWS, seed)
         if init == "prior":
             return draws
         q25, median, q75 = np.percentile(draws, [25, 50, 75], axis=0)
@@ -163,6 +165,14 @@ class _Replayer:
         )
         self.chunk = max(1, min(256, REPLAY_POINTS // max(1, points)))
         self._compiled: dict[bool, Any] = {}
+        # Without the log-likelihood, only the latent and deterministic values are wanted: when
+        # none of them sits in the data plate, the model runs on one point of it.
+        one_point = _one_point(setup)
+        in_plate = any(
+            s.kind == "deterministic" and any(f.name in (one_point or {}) for f in s.plates)
+            for s in setup.sites.values()
+        )
+        self.values_batch = None if one_point is None or in_plate else one_point
 
     def __call__(self, flat: np.ndarray, log_likelihood: bool) -> tuple[dict, dict]:
         be = self.setup.backend
@@ -172,9 +182,12 @@ class _Replayer:
         with be.scope(), be.activate():
             if log_likelihood not in self._compiled:
                 density = self.density
+                batch = None
+                if not log_likelihood and self.values_batch is not None:
+                    batch = {k: be.asarray(v, "int") for k, v in self.values_batch.items()}
                 self._compiled[log_likelihood] = be.jit(
                     be.vmap(
-                        lambda row, data: density.replay(row, data, log_likelihood),
+                        lambda row, data: density.replay(row, data, log_likelihood, batch),
                         in_axes=(0, None),
                     )
                 )

@@ -223,12 +223,10 @@ def _run_group(
             transition.init(k[0], be.asarray(p), data) for k, p in zip(keys, positions, strict=True)
         ]
         if vectorised:
-            carry = {
-                "state": be.tree_map(lambda *a: be.math.stack(list(a)), *start_state),
-                "key": be.math.stack([k[1] for k in keys]),
-            }
+            carry = {"state": be.tree_map(lambda *a: be.math.stack(list(a)), *start_state)}
         else:
-            carry = {"state": start_state[0], "key": keys[0][1]}
+            carry = {"state": start_state[0]}
+        chain_keys = [k[1] for k in keys]
         if (be, vectorised) not in runners:
             runners[be, vectorised] = be.compile_loop(
                 _loop_step(be, transition, vectorised), _emit(transition)
@@ -239,6 +237,7 @@ def _run_group(
         steps = min(plan.chunk, plan.num_steps - start)
         with be.scope(), be.activate():
             xs = _inputs(be, plan, start, steps, batches, vectorised)
+            xs["key"] = _step_keys(be, chain_keys, plan.chunk, vectorised)
             state = carry if previous is None else previous.result.carry
             return _Chunk(start, steps, runner(state, xs, data, steps, plan.rows))
 
@@ -281,21 +280,32 @@ def _run_group(
 
 def _loop_step(be, transition: Transition, vectorised: bool):
     def one(state, key, idx, data):
-        key, sub = be.random.split(key)
-        new, info = transition.step(sub, state, Batch(data, idx))
-        return new, key, info
+        return transition.step(key, state, Batch(data, idx))
 
     def step(carry, x, data):
         with be.activate():
             idx = x.get("idx")
             if vectorised:
                 axes = (0, 0, None if idx is None else 0, None)
-                new, key, info = be.vmap(one, in_axes=axes)(carry["state"], carry["key"], idx, data)
+                new, info = be.vmap(one, in_axes=axes)(carry["state"], x["key"], idx, data)
             else:
-                new, key, info = one(carry["state"], carry["key"], idx, data)
-            return {"state": new, "key": key}, info, all_finite(be, info)
+                new, info = one(carry["state"], x["key"], idx, data)
+            return {"state": new}, info, all_finite(be, info)
 
     return step
+
+
+def _step_keys(be, chain_keys: list, steps: int, vectorised: bool):
+    """Every step's key of a chunk, split in one call per chain before the chunk runs (a split
+    inside the loop body costs more than the step's own work for small models); each chain's
+    stream depends only on its own key. Advances ``chain_keys`` in place."""
+    per_chain = []
+    for i, key in enumerate(chain_keys):
+        chain_keys[i], chunk_key = be.random.split(key)
+        per_chain.append(be.random.keys(chunk_key, steps))
+    if vectorised:
+        return be.math.stack(per_chain, axis=1)
+    return per_chain[0]
 
 
 def _emit(transition: Transition):
