@@ -91,10 +91,23 @@ class BoundModel:
         return self._converted[key]
 
     def run_with(self, runtime) -> Any:
-        """Run the model function under ``runtime`` (a :class:`~ppl_bdl.runtime.Runtime`)."""
+        """Run the model function under ``runtime`` (a :class:`~ppl_bdl.runtime.Runtime`).
+
+        A shape error of the array library raised while the model runs comes back as a
+        :class:`~ppl_bdl.errors.ModelError` naming the model, the site being computed and the
+        line of the model (:mod:`ppl_bdl.model_errors`); the original is its ``__cause__``.
+        """
         args, kwargs = self.data_for(runtime.backend)
+        runtime.current_site = runtime.last_site = None
         with runtime:
-            return self.model.fn(*args, **kwargs)
+            try:
+                return self.model.fn(*args, **kwargs)
+            except (TypeError, ValueError, RuntimeError, IndexError) as err:
+                from .model_errors import is_shape_error, shape_error
+
+                if not is_shape_error(err):
+                    raise
+                raise shape_error(self.model, runtime, err) from err
 
     def lower(self, backend: str = "numpyro", precision: str = "float32") -> Callable[[], Any]:
         """Return a plain native model: a no-argument callable that Pyro's or NumPyro's own
