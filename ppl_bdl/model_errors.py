@@ -42,12 +42,16 @@ from .errors import ModelError, PPLError
 
 #: Words of the array libraries' shape errors (matmul, broadcasting, reshape, indexing).
 _SHAPE_WORDS = re.compile(
-    r"shape|size mismatch|size of tensor|cannot be multiplied|broadcast|out of bounds|"
-    r"out of range|dimension|contracting|incompatible sizes|must match the size",
+    r"shape|size mismatch|size of tensor|cannot be multiplied|broadcasting|broadcast together|"
+    r"out of bounds|out of range|dimension|contracting",
     re.IGNORECASE,
 )
-#: Not shape errors although they mention shapes: a traced value used as a Python bool or int.
-_NOT_SHAPE = re.compile(r"tracer", re.IGNORECASE)
+#: Not shape errors although they may use those words: a traced value used as a Python bool or
+#: int, an argument of the wrong type (a list where an array is needed), a wrong dtype.
+_NOT_SHAPE = re.compile(
+    r"tracer|requires ndarray or scalar|must be of integer type|determine dtype|unsupported operand",
+    re.IGNORECASE,
+)
 #: The primitives that name a site with their first argument.
 _SITE_CALLS = frozenset({"sample", "deterministic", "factor", "param"})
 

@@ -136,3 +136,26 @@ def test_a_lowered_model_raises_the_same_error():
     with pytest.raises(bdl.ModelError, match="in the arguments of site 'y'"):
         with numpyro.handlers.seed(rng_seed=jax.random.PRNGKey(0)):
             native()
+
+
+@pytest.mark.parametrize(
+    "error, wrapped",
+    [
+        (TypeError("dot_general requires contracting dimensions to have the same shape"), True),
+        (TypeError("add got incompatible shapes for broadcasting: (20,), (3,)."), True),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied (20x2 and 3x4)"), True),
+        (RuntimeError("The size of tensor a (20) must match the size of tensor b (3)"), True),
+        (RuntimeError("shape '[-1, 3, 3]' is invalid for input of size 4"), True),
+        (IndexError("index 5 is out of bounds for dimension 0 with size 3"), True),
+        (ValueError("operands could not be broadcast together with shapes (3,) (4,)"), True),
+        (TypeError("broadcast_to requires ndarray or scalar arguments, got <class 'list'>"), False),
+        (TypeError("unsupported operand type(s) for +: 'ArrayImpl' and 'str'"), False),
+        (TypeError("Abstract tracer value encountered where concrete value is expected"), False),
+        (KeyError("shape"), False),
+        (bdl.DistributionError("parameter batch shapes do not broadcast"), False),
+    ],
+)
+def test_which_errors_are_shape_errors(error, wrapped):
+    from ppl_bdl.model_errors import is_shape_error
+
+    assert is_shape_error(error) is wrapped
