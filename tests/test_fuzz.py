@@ -31,8 +31,12 @@ from ppl_bdl import math as bm
 BACKENDS = bdl.backends.available()
 NUTS = dict(num_warmup=20, num_samples=20, num_chains=1, max_tree_depth=4)
 VI = dict(guide="meanfield", num_steps=20, num_samples=20)
-DEFAULT_SEEDS = range(6)
-SLOW_SEEDS = range(6, 106)
+#: Seeds of the default suite, picked (for the generator as written) to be quick and to spread:
+#: a DistributionError (1), a ModelError (9), a known bug on NumPyro and a fit on Pyro (13), fits
+#: in 2, 1 and 0 plates (14, 33, 54), a DataError (65). A change to the generator changes what a
+#: seed makes: pick them again from a run of the slow seeds.
+DEFAULT_SEEDS = (1, 9, 13, 14, 33, 54, 65)
+SLOW_SEEDS = tuple(s for s in range(56) if s not in DEFAULT_SEEDS)
 
 
 @dataclass(frozen=True)
@@ -368,7 +372,8 @@ KNOWN_BUGS = {
     r"p_in >= 0 && p_in <= 1": (
         "an observed value outside its support makes Pyro's NUTS fail inside torch"
     ),
-    r"'float' object has no attribute 'dim'": (
+    r"'float' object has no attribute '\w+'|expected Tensor as element \d+ in argument \d+, "
+    r"but got float": (
         "a Python-number observed value reaches torch unconverted in the hot loop on Pyro"
     ),
     r"distribution got invalid \w+ parameter": (
