@@ -373,7 +373,7 @@ KNOWN_BUGS = {
         "an observed value outside its support makes Pyro's NUTS fail inside torch"
     ),
     r"'float' object has no attribute '\w+'|expected Tensor as element \d+ in argument \d+, "
-    r"but got float": (
+    r"but got float|invalid combination of arguments - got \(.*float": (
         "a Python-number observed value reaches torch unconverted in the hot loop on Pyro"
     ),
     r"distribution got invalid \w+ parameter": (
