@@ -6,9 +6,10 @@ from 1, arrays from 0). :func:`load` returns the bound model and its reference::
 
     bound, reference = load("kidiq-kidscore_momiq")
 
-The data lives in ``../shared/data/posteriordb`` next to the repository (override the folder that
-holds ``posteriordb/`` with the environment variable ``PPL_BDL_DATA``). Eight schools also ships
-with the package (:func:`eight_schools_data`), so the demo runs without the shared data.
+The data is read from ``../shared/data/posteriordb`` next to the repository (override the folder
+that holds ``posteriordb/`` with the environment variable ``PPL_BDL_DATA``). The small posteriors
+(eight schools, kidiq, arK: :data:`SHIPPED`) also ship with the package, data and reference, so
+the demo and the default test suite run without the shared data; diamonds needs it.
 
 Sources: posteriordb (Magnusson et al., 2024, https://github.com/stan-dev/posteriordb); eight
 schools from Rubin (1981) and Gelman et al., *Bayesian Data Analysis*, 3rd ed., §5.5.
@@ -44,6 +45,15 @@ from ppl_bdl.errors import DataError
 #: Environment variable naming the folder that holds ``posteriordb/`` (default ../shared/data).
 DATA_ENV = "PPL_BDL_DATA"
 _PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+#: The copy of the small posteriors that ships with the package (see data/README.md).
+PACKAGE_DIR = _PACKAGE_DATA / "posteriordb"
+#: The posteriors whose data and reference ship with the package.
+SHIPPED = (
+    "eight_schools-eight_schools_centered",
+    "eight_schools-eight_schools_noncentered",
+    "kidiq-kidscore_momiq",
+    "arK-arK",
+)
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -158,9 +168,13 @@ POSTERIORS: dict[str, PosteriorEntry] = {
 }
 
 
-def data_dir() -> Path:
-    """The posteriordb folder: ``$PPL_BDL_DATA/posteriordb``, else ``../shared/data/posteriordb``
-    next to the repository. Raises :class:`~ppl_bdl.errors.DataError` when it is absent."""
+def shared_dir() -> Path | None:
+    """The shared posteriordb folder: ``$PPL_BDL_DATA/posteriordb`` (or ``$PPL_BDL_DATA`` itself),
+    else ``../shared/data/posteriordb`` next to the repository; None when there is none.
+
+    Raises :class:`~ppl_bdl.errors.DataError` when ``PPL_BDL_DATA`` is set but holds no
+    posteriordb folder (a setting that points nowhere is a mistake, not a fallback).
+    """
     override = os.environ.get(DATA_ENV)
     if override:
         root = Path(override).expanduser()
@@ -172,11 +186,41 @@ def data_dir() -> Path:
     for path in candidates:
         if (path / "kidiq-kidscore_momiq").is_dir() or (path / "README.md").is_file():
             return path
-    where = " or ".join(str(p) for p in candidates)
+    if override:
+        raise DataError(
+            f"{DATA_ENV}={override!r} holds no posteriordb folder (looked at "
+            f"{' and '.join(str(p) for p in candidates)}). Set it to the folder that holds "
+            "posteriordb/, or unset it to use ../shared/data and the posteriors shipped with "
+            "the package."
+        )
+    return None
+
+
+def data_dir(name: str | None = None) -> Path:
+    """The posteriordb folder that holds posterior ``name``: the shared one (see
+    :func:`shared_dir`) when it has it, else the copy shipped with the package (:data:`SHIPPED`).
+    Without ``name``, the shared folder. Raises :class:`~ppl_bdl.errors.DataError` when neither
+    has it, saying where it looked.
+
+    Example
+    -------
+    >>> from ppl_bdl.models import posteriordb as pdb
+    >>> (pdb.data_dir("arK-arK") / "arK-arK" / "data.json").is_file()
+    True
+    """
+    shared = shared_dir()
+    if shared is not None and (name is None or (shared / name).is_dir()):
+        return shared
+    if name is not None and (PACKAGE_DIR / name).is_dir():
+        return PACKAGE_DIR
+    default = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "posteriordb"
+    where = str(shared or default)
+    what = f"posterior {name!r}" if name else "the posteriordb reference data"
+    shipped = f" (the package ships only {', '.join(SHIPPED)})" if name else ""
     raise DataError(
-        f"the posteriordb reference data was not found at {where}. Put the shared data folder "
-        f"(holding posteriordb/) next to the repository as ../shared/data, or set {DATA_ENV} to "
-        "the folder that holds posteriordb/."
+        f"{what} was not found at {where}{shipped}. Put the shared data folder (holding "
+        f"posteriordb/) next to the repository as ../shared/data, or set {DATA_ENV} to the "
+        "folder that holds posteriordb/."
     )
 
 
@@ -189,7 +233,7 @@ def _check_name(name: str) -> PosteriorEntry:
 def load_data(name: str) -> dict:
     """The model inputs of posterior ``name`` (NumPy arrays and ints, keyed by argument name)."""
     entry = _check_name(name)
-    with open(data_dir() / name / "data.json") as f:
+    with open(data_dir(name) / name / "data.json") as f:
         return entry.inputs(json.load(f))
 
 
@@ -197,7 +241,7 @@ def load_reference(name: str) -> dict[str, dict[str, float]]:
     """The reference draws' summary: Stan parameter name -> {"mean", "sd"}, plus the run size
     under the key ``"_run"`` ({"n_chains", "n_draws_per_chain"})."""
     _check_name(name)
-    with open(data_dir() / name / "reference.json") as f:
+    with open(data_dir(name) / name / "reference.json") as f:
         raw = json.load(f)
     out = {k: {"mean": float(v["mean"]), "sd": float(v["sd"])} for k, v in raw["params"].items()}
     out["_run"] = {"n_chains": raw["n_chains"], "n_draws_per_chain": raw["n_draws_per_chain"]}
@@ -211,9 +255,9 @@ def load(name: str) -> tuple[Any, dict[str, dict[str, float]]]:
     Example
     -------
     >>> from ppl_bdl.models import posteriordb as pdb
-    >>> bound, ref = pdb.load("kidiq-kidscore_momiq")  # doctest: +SKIP
-    >>> ref["beta[2]"]["mean"]  # doctest: +SKIP
-    0.6086...
+    >>> bound, ref = pdb.load("kidiq-kidscore_momiq")
+    >>> round(ref["beta[2]"]["mean"], 2)
+    0.61
     """
     entry = _check_name(name)
     return entry.model(**load_data(name)), load_reference(name)
@@ -221,7 +265,7 @@ def load(name: str) -> tuple[Any, dict[str, dict[str, float]]]:
 
 def eight_schools_data() -> dict:
     """Eight schools (J, sigma, y), shipped with the package: no shared data needed."""
-    with open(_PACKAGE_DATA / "eight_schools.json") as f:
+    with open(PACKAGE_DIR / "eight_schools-eight_schools_noncentered" / "data.json") as f:
         return _eight_schools_inputs(json.load(f))
 
 

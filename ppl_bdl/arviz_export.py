@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+#: The ArviZ groups a Posterior reads and writes, in order.
+GROUPS = ("posterior", "sample_stats", "log_likelihood", "observed_data", "posterior_predictive")
 
 
 def arviz_major() -> int:
@@ -58,7 +63,24 @@ def _attrs(posterior) -> dict[str, str]:
         "ppl_bdl_precision": posterior.precision,
         "ppl_bdl_model": posterior.model_name,
         "ppl_bdl_latent": ",".join(posterior.latent_names),
+        "ppl_bdl_settings": to_json(getattr(posterior, "settings", None) or {}),
     }
+
+
+def to_json(value: Any) -> str:
+    """JSON text of fit settings: NumPy arrays become lists, NumPy scalars numbers, anything else
+    that JSON cannot hold (a guide function, a schedule object) its ``repr``."""
+
+    def fallback(obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, set | frozenset):
+            return sorted(obj, key=repr)
+        return repr(obj)
+
+    return json.dumps(value, default=fallback, sort_keys=True)
 
 
 def to_datatree(posterior, posterior_predictive: dict[str, np.ndarray] | None = None):
@@ -98,26 +120,33 @@ def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = Non
     return idata
 
 
+def datasets(data: Any) -> dict[str, Any]:
+    """The groups of an ``InferenceData``, a ``DataTree`` or a mapping, as ``{name: Dataset}``."""
+    if isinstance(data, Mapping):
+        return dict(data)
+    if hasattr(data, "children"):  # DataTree (ArviZ 1.x)
+        return {name: data[name].to_dataset() for name in data.children}
+    return {name: getattr(data, name) for name in data.groups()}
+
+
 def from_arviz(data: Any) -> dict[str, Any]:
-    """Read groups back from an InferenceData / DataTree as dicts of NumPy arrays."""
-    out = {}
-    for group in (
-        "posterior",
-        "sample_stats",
-        "log_likelihood",
-        "observed_data",
-        "posterior_predictive",
-    ):
-        is_tree = hasattr(data, "children")
-        if (group not in data.children) if is_tree else not hasattr(data, group):
+    """Read groups back from an InferenceData / DataTree (or ``{group: Dataset}``) as dicts of
+    NumPy arrays; ``dims`` names every variable's dims (chain and draw left out) from every group,
+    ``attrs`` holds the posterior group's attributes."""
+    groups = datasets(data)
+    out: dict[str, Any] = {"dims": {}, "attrs": {}}
+    for group in GROUPS:
+        if group not in groups:
             continue
-        ds = data[group] if is_tree else getattr(data, group)
-        ds = getattr(ds, "dataset", ds)
+        ds = groups[group]
         out[group] = {name: np.asarray(ds[name].values) for name in ds.data_vars}
+        if group != "sample_stats":
+            for name in ds.data_vars:
+                dims = [str(d) for d in ds[name].dims if d not in ("chain", "draw")]
+                known = out["dims"].get(name, [])
+                # An observed site's log-likelihood drops its event dims; observed_data has them.
+                if len(dims) > len(known):
+                    out["dims"][name] = dims
         if group == "posterior":
-            out["dims"] = {
-                name: [d for d in ds[name].dims if d not in ("chain", "draw")]
-                for name in ds.data_vars
-            }
             out["attrs"] = dict(ds.attrs)
     return out

@@ -181,9 +181,9 @@ class ModelDensity:
     def _run(self, evaluator: Evaluator, data) -> Evaluator:
         from .model import fill_data
 
-        args, kwargs = fill_data(self._template, self.data if data is None else data)
-        with evaluator:
-            self.bound.model.fn(*args, **kwargs)
+        self.bound.run_with(
+            evaluator, fill_data(self._template, self.data if data is None else data)
+        )
         return evaluator
 
     def site_potential(self, sites: dict, data=None, batch=None, params=None):

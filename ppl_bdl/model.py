@@ -109,10 +109,23 @@ class BoundModel:
 
     def run_with(self, runtime, data: Any = None) -> Any:
         """Run the model function under ``runtime`` (a :class:`~ppl_bdl.runtime.Runtime`), on the
-        bound data or on ``data`` (``(args, kwargs)`` of the same structure)."""
+        bound data or on ``data`` (``(args, kwargs)`` of the same structure).
+
+        A shape error of the array library raised while the model runs comes back as a
+        :class:`~ppl_bdl.errors.ModelError` naming the model, the site being computed and the
+        line of the model (:mod:`ppl_bdl.model_errors`); the original is its ``__cause__``.
+        """
         args, kwargs = self.data_for(runtime.backend) if data is None else data
+        runtime.current_site = runtime.last_site = None
         with runtime:
-            return self.model.fn(*args, **kwargs)
+            try:
+                return self.model.fn(*args, **kwargs)
+            except (TypeError, ValueError, RuntimeError, IndexError) as err:
+                from .model_errors import is_shape_error, shape_error
+
+                if not is_shape_error(err):
+                    raise
+                raise shape_error(self.model, runtime, err) from err
 
     def lower(self, backend: str | None = None, precision: str = "float32") -> Callable[[], Any]:
         """Return a plain native model: a no-argument callable that Pyro's or NumPyro's own

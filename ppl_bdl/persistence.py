@@ -1,4 +1,12 @@
-"""Saving and loading posteriors: NetCDF through ArviZ, with a VI posterior's guide and losses.
+"""Saving and loading posteriors: one NetCDF file that keeps everything a fit has.
+
+The file holds the ArviZ groups (posterior, sample_stats, log_likelihood, observed_data), so
+``arviz.from_netcdf`` reads it like any InferenceData, and two groups of ppl_bdl's own:
+``params`` (the model's ``bdl.param`` values, fitted as point estimates by VI) and ``vi`` (the
+losses and the fitted guide's parameters). The posterior group's attributes hold the fit settings,
+every site's dims, and the model's signature: its name and its latent sites and params with their
+shapes. ``load(path, model=...)`` refuses a model that does not match that signature, and a file
+that ppl_bdl did not write is refused with a :class:`~ppl_bdl.errors.DataError` naming it.
 
 Example
 -------
@@ -16,36 +24,81 @@ True
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .errors import DataError, ModelError
 from .posterior import Posterior, from_arviz_data
+
+#: The version of the file layout below; a newer file is refused with a clear error.
+FORMAT_VERSION = 1
+#: The group holding the model's ``bdl.param`` values.
+PARAMS_GROUP = "params"
+#: The group of a saved VI posterior holding its losses and the fitted guide's parameters.
+VI_GROUP = "vi"
+#: What :func:`load` expects, for its error messages.
+EXPECTED = "a NetCDF file written by ppl_bdl's Posterior.save"
 
 
 def save(post: Posterior, path: str | Path) -> Path:
-    """Write ``post`` to NetCDF through ArviZ.
+    """Write ``post`` to one NetCDF file (see the module docstring for what it keeps).
 
-    A VI posterior also keeps its losses and the fitted guide's parameters (group ``vi``);
-    ``load(path, model=...)`` rebuilds the guide of a built-in guide from them.
+    The file is written next to ``path`` and moved over it at the end, so a failed save never
+    leaves a truncated file behind.
     """
+    from .arviz_export import datasets, to_json
+
     path = Path(path)
-    data = post.to_arviz()
+    groups = datasets(post.to_arviz())
+    groups["posterior"].attrs.update(
+        {
+            "ppl_bdl_format": FORMAT_VERSION,
+            "ppl_bdl_dims": to_json(post.dims),
+            "ppl_bdl_signature": to_json(signature(post)),
+        }
+    )
+    if post.params:
+        groups[PARAMS_GROUP] = _params_dataset(post.params)
     vi = _vi_dataset(post)
     if vi is not None:
-        if hasattr(data, "children"):  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
-            import xarray as xr
-
-            data[VI_GROUP] = xr.DataTree(vi)
-        else:
-            data.add_groups({VI_GROUP: vi}, warn_on_custom_groups=False)
-    data.to_netcdf(str(path))
+        groups[VI_GROUP] = vi
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        for i, (name, ds) in enumerate(groups.items()):
+            encoding = {k: {"zlib": True} for k, v in ds.variables.items() if v.dtype.kind in "iuf"}
+            ds.to_netcdf(
+                tmp, mode="w" if i == 0 else "a", group=name, engine="h5netcdf", encoding=encoding
+            )
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
-#: The group of a saved VI posterior holding its losses and the fitted guide's parameters.
-VI_GROUP = "vi"
+def signature(post: Posterior) -> dict[str, Any]:
+    """What a model must have to go with ``post``: its name, and the shapes of its latent sites
+    and params (JSON-ready)."""
+    return {
+        "model": post.model_name,
+        "latent": {
+            n: list(post.samples[n].shape[2:]) for n in post.latent_names if n in post.samples
+        },
+        "params": {n: list(np.shape(v)) for n, v in post.params.items()},
+    }
+
+
+def _params_dataset(params: dict):
+    import xarray as xr
+
+    return xr.Dataset(
+        {
+            name: ([f"{name}_dim_{i}" for i in range(np.ndim(v))], np.asarray(v))
+            for name, v in params.items()
+        }
+    )
 
 
 def _vi_dataset(post: Posterior):
@@ -53,22 +106,28 @@ def _vi_dataset(post: Posterior):
         return None
     import xarray as xr
 
+    from .arviz_export import to_json
+
     data_vars, attrs = {}, {}
     if post.losses is not None:
         data_vars["losses"] = (("step",), np.asarray(post.losses, dtype=float))
     if post.guide is not None:
         data_vars["guide_params"] = (("guide_param",), np.asarray(post.guide.phi, dtype=float))
         attrs["guide"] = post.guide.name
-        attrs["guide_settings"] = json.dumps(post.guide.settings, default=str)
+        attrs["guide_settings"] = to_json(post.guide.settings)
     return xr.Dataset(data_vars, attrs=attrs)
 
 
 def load(path: str | Path, model: Any = None) -> Posterior:
     """Read a posterior written by :meth:`Posterior.save`.
 
-    For a VI posterior the losses come back as ``post.losses``; pass the bound ``model`` it was
-    fitted to (``model(X, y)``) to get ``post.guide`` back too (built-in guides; a custom
-    ``@bdl.guide`` is not rebuilt). The model also enables ``post.predict``.
+    Everything saved comes back: draws, sample stats, log-likelihoods, observed data, dims,
+    the model's params, the fit settings and, for VI, the losses. Pass the bound ``model`` it was
+    fitted to (``model(X, y)``) to check it against the saved one (name, latent sites and params
+    with their shapes: a mismatch raises :class:`~ppl_bdl.errors.ModelError`), to get a built-in
+    VI guide back as ``post.guide`` (a custom ``@bdl.guide`` is not rebuilt), and to make
+    ``post.to_arviz(posterior_predictive=True)`` work. A file ppl_bdl did not write, or a
+    damaged one, raises :class:`~ppl_bdl.errors.DataError`.
 
     Example
     -------
@@ -77,63 +136,159 @@ def load(path: str | Path, model: Any = None) -> Posterior:
     >>> @bdl.model
     ... def m():
     ...     bdl.sample("mu", dist.Normal(0.0, 1.0))
-    >>> post = bdl.fit(m(), num_warmup=50, num_samples=50, num_chains=1, progress=False)
-    >>> path = post.save(os.path.join(tempfile.mkdtemp(), "post.nc"))
-    >>> np.allclose(bdl.load(path).samples["mu"], post.samples["mu"])
-    True
     >>> vi = bdl.fit(m(), method="vi", guide="lowrank", rank=1, num_steps=200, num_samples=20,
     ...              progress=False)
     >>> back = bdl.load(vi.save(os.path.join(tempfile.mkdtemp(), "vi.nc")), model=m())
     >>> back.guide.name, back.losses.shape, np.allclose(back.guide.phi, vi.guide.phi)
     ('lowrank', (200,), True)
     """
-    from .arviz_export import arviz_major
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no posterior file at {path}: expected {EXPECTED}.")
+    groups = _read_groups(path)
+    attrs = _check_ours(path, groups)
+    from .arviz_export import GROUPS
 
-    if arviz_major() >= 1:  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
-        import xarray
-
-        data = xarray.open_datatree(str(path))
-    else:
-        import arviz as az
-
-        data = az.from_netcdf(str(path))
-    post = from_arviz_data(data)
-    vi = _read_vi_group(data)
-    if vi is not None:
-        post.losses = np.asarray(vi["losses"].values) if "losses" in vi else None
-        if model is not None and "guide_params" in vi:
-            post.guide = _rebuild_guide(post, model, vi)
-    if model is not None:
-        post.model = model
+    post = from_arviz_data({g: groups[g] for g in GROUPS if g in groups})
+    post.dims.update(_json_attr(path, attrs, "ppl_bdl_dims", {}))
+    if PARAMS_GROUP in groups:
+        ds = groups[PARAMS_GROUP]
+        post.params = {name: np.asarray(ds[name].values) for name in ds.data_vars}
+    vi = groups.get(VI_GROUP)
+    if vi is not None and "losses" in vi:
+        post.losses = np.asarray(vi["losses"].values)
+    if model is None:
+        return post
+    setup = _prepare(post, model)
+    saved = _json_attr(path, attrs, "ppl_bdl_signature", None) or _old_signature(post)
+    check_model(saved, setup, path)
+    post.model = model
+    if vi is not None and "guide_params" in vi:
+        post.guide = _rebuild_guide(setup, vi, path)
     return post
 
 
-def _read_vi_group(data):
-    if hasattr(data, "children"):  # pragma: no cover - ArviZ 1.x needs Python >= 3.12
-        return data[VI_GROUP].to_dataset() if VI_GROUP in data.children else None
-    return getattr(data, VI_GROUP, None)
+def _read_groups(path: Path) -> dict[str, Any]:
+    """Every group of the file, loaded into memory; a DataError for anything unreadable."""
+    import h5netcdf
+    import xarray as xr
+
+    try:
+        with h5netcdf.File(path, "r") as f:
+            names = list(f.groups)
+        groups = {}
+        for name in names:
+            with xr.open_dataset(path, group=name, engine="h5netcdf") as ds:
+                groups[name] = ds.load()
+    except Exception as err:  # noqa: BLE001 - h5py/netCDF raise many types for a bad file
+        raise DataError(
+            f"{path} could not be read: expected {EXPECTED}, but reading it failed with "
+            f"{type(err).__name__}: {err}. The file is damaged (truncated?) or of another format."
+        ) from err
+    return groups
 
 
-def _rebuild_guide(post: Posterior, model: Any, vi) -> Any:
-    """The fitted guide of a saved VI posterior, rebuilt on ``model`` from its parameters."""
-    from . import guides as guide_registry
-    from .errors import ConfigError
-    from .guides.base import FittedGuide, GuideInit
+def _check_ours(path: Path, groups: dict) -> dict:
+    posterior = groups.get("posterior")
+    writer = None if posterior is None else posterior.attrs.get("inference_library")
+    if writer != "ppl_bdl":
+        what = f"groups {sorted(groups)}" if groups else "no groups"
+        by = f", written by {writer!r}" if writer else ""
+        raise DataError(
+            f"{path} is not a ppl_bdl posterior: expected {EXPECTED}, found a file with {what}{by}. "
+            "Read other ArviZ files with arviz.from_netcdf."
+        )
+    attrs = dict(posterior.attrs)
+    version = int(attrs.get("ppl_bdl_format", 0))
+    if version > FORMAT_VERSION:
+        raise DataError(
+            f"{path} was written in ppl_bdl's file format {version}; this version reads up to "
+            f"{FORMAT_VERSION}. Upgrade ppl_bdl to read it."
+        )
+    return attrs
+
+
+def _json_attr(path: Path, attrs: dict, key: str, default: Any) -> Any:
+    if key not in attrs:
+        return default
+    try:
+        return json.loads(str(attrs[key]))
+    except ValueError as err:
+        raise DataError(f"{path}: the attribute {key!r} is not valid JSON ({err}).") from err
+
+
+def _old_signature(post: Posterior) -> dict[str, Any]:
+    """Files from before the signature was saved: latent shapes from the draws, params unknown."""
+    sig = signature(post)
+    del sig["params"]
+    return sig
+
+
+def _prepare(post: Posterior, model: Any):
+    from .backends import available
     from .inference.common import prepare
+
+    backend = post.backend or available()[0]
+    return prepare(model, backend, post.precision or "float32", 0)
+
+
+def model_signature(setup) -> dict[str, Any]:
+    """The signature (see :func:`signature`) of a prepared model."""
+    return {
+        "model": setup.bound.name,
+        "latent": {slot.name: list(slot.shape) for slot in setup.layout.slots},
+        "params": {n: list(np.shape(setup.backend.to_numpy(v))) for n, v in setup.params.items()},
+    }
+
+
+def check_model(saved: dict[str, Any], setup, path: str | Path = "the file") -> None:
+    """Raise a ModelError naming every difference between the saved signature and the model's."""
+    found = model_signature(setup)
+    problems = []
+    if saved.get("model") and saved["model"] != found["model"]:
+        problems.append(f"the posterior is of model {saved['model']!r}, not {found['model']!r}")
+    for kind, label in (("latent", "latent site"), ("params", "param")):
+        if kind not in saved:
+            continue
+        have, want = found[kind], saved[kind]
+        lacks = [n for n in want if n not in have]
+        extra = [n for n in have if n not in want]
+        if lacks:
+            problems.append(f"the model lacks the saved {label}(s) {lacks}")
+        if extra:
+            problems.append(f"the model has {label}(s) {extra} that the posterior does not")
+        for n in want:
+            if n in have and list(want[n]) != list(have[n]):
+                problems.append(
+                    f"{label} {n!r} has shape {tuple(have[n])} in the model but "
+                    f"{tuple(want[n])} in the posterior"
+                )
+    if problems:
+        raise ModelError(
+            f"{path}: the model passed to load does not match the saved posterior: "
+            + "; ".join(problems)
+            + ". Pass the model it was fitted to, bound to data of the same shapes."
+        )
+
+
+def _rebuild_guide(setup, vi, path: Path) -> Any:
+    """The fitted guide of a saved VI posterior, rebuilt on the (checked) model from its
+    parameters; None for a custom ``@bdl.guide`` (its function is not saved)."""
+    from . import guides as guide_registry
+    from .guides.base import FittedGuide, GuideInit
     from .inference.vi import build_guide
 
     name = str(vi.attrs.get("guide", ""))
     if name not in guide_registry.available():
         return None  # a custom @bdl.guide: its function is not saved
-    setup = prepare(model, post.backend or None, post.precision, 0)
     phi = np.asarray(vi["guide_params"].values)
     dim = setup.layout.dim
     init = GuideInit(loc=np.zeros(dim), prior_scale=np.ones(dim))
-    settings = json.loads(str(vi.attrs.get("guide_settings", "{}")))
+    settings = _json_attr(path, dict(vi.attrs), "guide_settings", {})
     guide = build_guide(setup, name, init, 0, settings)
     if guide.param_layout.size != phi.size:
-        raise ConfigError(
-            f"the saved {name!r} guide has {phi.size} parameters; on this model it would have "
-            f"{guide.param_layout.size}. Pass the model (and data shapes) it was fitted to."
+        raise DataError(
+            f"{path}: the saved {name!r} guide has {phi.size} parameters, but with its settings "
+            f"{settings} on this model it has {guide.param_layout.size}: the file is damaged."
         )
     return FittedGuide(guide, phi, settings=settings)

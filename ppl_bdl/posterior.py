@@ -23,6 +23,15 @@ class Posterior:
         Observed site -> pointwise log-likelihood shaped (chain, draw, *points).
     observed_data : dict
         Observed site -> the data it was conditioned on.
+    dims : dict
+        Site name -> names of its dims after (chain, draw): a plate's dim is named after the plate
+        (``"data"``), the others ``{site}_dim_{i}``.
+    params : dict
+        The model's ``bdl.param`` sites: fitted point estimates after VI, their initial values
+        otherwise. :meth:`predict` uses them.
+    settings : dict
+        The fit's settings (method, backend, precision, device and the method's options), as
+        JSON-compatible values; they are saved with the posterior.
     guide, losses
         For VI: the fitted guide and the loss (negative objective) per step.
 
@@ -54,6 +63,7 @@ class Posterior:
     guide: Any = None
     losses: np.ndarray | None = None
     model_name: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.model is not None and not self.model_name:
@@ -163,21 +173,28 @@ class Posterior:
 
 
 def from_arviz_data(data) -> Posterior:
-    """A :class:`Posterior` (without its model) from an InferenceData or DataTree."""
+    """A :class:`Posterior` (without its model) from an InferenceData, a DataTree or a mapping
+    ``{group: xarray.Dataset}``."""
+    import json
+
     from .arviz_export import from_arviz
 
     groups = from_arviz(data)
-    attrs = groups.get("attrs", {})
-    dims = groups.get("dims", {})
+    attrs = groups["attrs"]
+    try:
+        settings = json.loads(str(attrs.get("ppl_bdl_settings", "{}")))
+    except ValueError:
+        settings = {}
     return Posterior(
         samples=groups.get("posterior", {}),
         sample_stats=groups.get("sample_stats", {}),
         log_likelihood=groups.get("log_likelihood", {}),
         observed_data=groups.get("observed_data", {}),
-        dims=dims,
+        dims=groups["dims"],
         method=str(attrs.get("ppl_bdl_method", "")),
         backend=str(attrs.get("ppl_bdl_backend", "")),
         precision=str(attrs.get("ppl_bdl_precision", "float32")),
         model_name=str(attrs.get("ppl_bdl_model", "")),
         latent_names=[n for n in str(attrs.get("ppl_bdl_latent", "")).split(",") if n],
+        settings=settings if isinstance(settings, dict) else {},
     )

@@ -108,8 +108,7 @@ def _compiled(bound, be, template, params: dict, plate: str | None):
                 be, values=vals, params=params, key=rng_key, predictive=True, missing="prior",
                 record=True, batch=batch,
             )  # fmt: skip
-            with ev:
-                bound.model.fn(*args, **kwargs)
+            bound.run_with(ev, (args, kwargs))
             return _draws_and_moments(ev.sites, vals)
 
         mapped = be.vmap(one, in_axes=(0, 0, None, None, None))

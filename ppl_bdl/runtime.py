@@ -11,6 +11,10 @@ variable, so threads and asyncio tasks do not see each other's stacks). Each pri
    when the core evaluates the model itself;
 3. ``postprocess`` runs outermost first, to let handlers read the result.
 
+The runtime also remembers the site being computed and the last one finished
+(``current_site``, ``last_site``: two attribute stores per primitive), so an error raised while
+the model runs can name where it happened (:mod:`ppl_bdl.model_errors`).
+
 Handlers are context managers; leaving the ``with`` block pops them even when the model raises,
 so a failed run never leaves a stale stack behind.
 """
@@ -97,6 +101,10 @@ class Runtime(Handler):
     #: Whether primitives and distributions check their input in this run (a run that skips the
     #: checks only ever follows a validating run of the same model).
     validate = True
+    #: The site whose primitive was entered last, and the last one that returned (the same name
+    #: between sites; different while a primitive is running).
+    current_site: str | None = None
+    last_site: str | None = None
 
     def __init__(self, backend: Backend):
         self.backend = backend
@@ -131,6 +139,7 @@ def apply_stack(msg: Message) -> Message:
             "function decorated with @ppl_bdl.model, run by fit/predict/lower."
         )
     runtime = stack[0]
+    runtime.current_site = msg.name
     for handler in reversed(stack[1:]):
         handler.process(msg)
         if msg.stop:
@@ -139,6 +148,7 @@ def apply_stack(msg: Message) -> Message:
         runtime.run(msg)
     for handler in stack[1:]:
         handler.postprocess(msg)
+    runtime.last_site = msg.name
     return msg
 
 

@@ -12,7 +12,9 @@ For every parameter of the reference (Stan names, ``theta[1]`` is our ``theta[0]
 * R-hat < 1.01 and ESS >= 400, so a bad run fails loudly instead of passing by luck.
 
 NumPyro runs by default; Pyro's NUTS (driven through the core's potential in Python) is slower
-and runs under ``-m slow``, as does diamonds.
+and runs under ``-m slow``, as does diamonds. The small posteriors' data and references ship with
+the package (a fresh clone runs these tests); diamonds needs the shared data folder and skips,
+saying so, without it.
 """
 
 from __future__ import annotations
@@ -72,7 +74,6 @@ def _fit_and_check(name: str, backend: str, settings: dict) -> None:
     assert not failures, f"{name} on {backend}:\n" + "\n".join(failures)
 
 
-@pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize(
     "name", ["eight_schools-eight_schools_noncentered", "kidiq-kidscore_momiq", "arK-arK"]
 )
@@ -83,7 +84,6 @@ def test_numpyro_matches_reference(name):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize(
     "name", ["eight_schools-eight_schools_noncentered", "kidiq-kidscore_momiq", "arK-arK"]
 )
@@ -101,23 +101,55 @@ def test_diamonds_numpyro_matches_reference():
     _fit_and_check("diamonds-diamonds", "numpyro", SETTINGS["diamonds-diamonds"])
 
 
-@pytest.mark.usefixtures("shared_data")
-def test_reference_names_map_to_our_sites():
-    for name in pdb.POSTERIORS:
-        bound, reference = pdb.load(name)
-        be = bdl.backends.get("numpyro" if "numpyro" in bdl.backends.available() else "pyro")
-        from ppl_bdl.layout import trace_model
+def _check_names_map_to_sites(name: str) -> None:
+    from ppl_bdl.layout import trace_model
 
-        sites = trace_model(bound, be)
-        for stan_name in reference:
-            if stan_name.startswith("_"):
-                continue
-            site, index = pdb.stan_index(stan_name)
-            assert site in sites, (name, stan_name)
-            shape = np.shape(be.to_numpy(sites[site].value))
-            assert len(index) == len(shape) and all(
-                i < n for i, n in zip(index, shape, strict=True)
-            )
+    bound, reference = pdb.load(name)
+    be = bdl.backends.get(bdl.backends.available()[0])
+    sites = trace_model(bound, be)
+    for stan_name in reference:
+        if stan_name.startswith("_"):
+            continue
+        site, index = pdb.stan_index(stan_name)
+        assert site in sites, (name, stan_name)
+        shape = np.shape(be.to_numpy(sites[site].value))
+        assert len(index) == len(shape) and all(i < n for i, n in zip(index, shape, strict=True))
+
+
+@pytest.mark.parametrize("name", pdb.SHIPPED)
+def test_reference_names_map_to_our_sites(name):
+    _check_names_map_to_sites(name)
+
+
+@pytest.mark.usefixtures("shared_data")
+@pytest.mark.parametrize("name", sorted(set(pdb.POSTERIORS) - set(pdb.SHIPPED)))
+def test_shared_reference_names_map_to_our_sites(name):
+    _check_names_map_to_sites(name)
+
+
+def test_shipped_posteriors_load_without_the_shared_folder(monkeypatch):
+    monkeypatch.setattr(pdb, "shared_dir", lambda: None)  # a fresh clone: no ../shared
+    for name in pdb.SHIPPED:
+        bound, reference = pdb.load(name)
+        assert pdb.data_dir(name) == pdb.PACKAGE_DIR and reference["_run"]["n_chains"] == 10
+    with pytest.raises(
+        bdl.DataError, match=r"posterior 'diamonds-diamonds' was not found at .*shared"
+    ):
+        pdb.load("diamonds-diamonds")
+    assert (pdb.PACKAGE_DIR / "LICENSE.md").read_text().startswith("BSD 3-Clause License")
+
+
+def test_a_data_setting_that_points_nowhere_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(pdb.DATA_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(bdl.DataError, match="PPL_BDL_DATA=.*holds no posteriordb folder"):
+        pdb.load("arK-arK")
+
+
+def test_shipped_copies_equal_the_shared_ones(shared_data):
+    for name in pdb.SHIPPED:
+        for file in ("data.json", "reference.json"):
+            shipped = (pdb.PACKAGE_DIR / name / file).read_bytes()
+            assert shipped == (shared_data / "posteriordb" / name / file).read_bytes(), (name, file)
 
 
 def test_stan_index():

@@ -54,5 +54,5 @@ def test_loading_on_another_model_is_refused(tmp_path):
     def bigger(X, y):
         bdl.sample("w", dist.Normal(0.0, 1.0), shape=(5,))
 
-    with pytest.raises(bdl.ConfigError, match="parameters"):
+    with pytest.raises(bdl.ModelError, match=r"'w' has shape \(5,\) in the model but \(2,\)"):
         bdl.load(path, model=bigger(X, y))
