@@ -140,6 +140,10 @@ def owner_of(*values) -> Backend | None:
         if name is None:
             continue
         owner = owner or name
-        if str(getattr(value, "dtype", "")).rpartition(".")[2] in ("float32", "float16", "bfloat16"):
+        if str(getattr(value, "dtype", "")).rpartition(".")[2] in (
+            "float32",
+            "float16",
+            "bfloat16",
+        ):
             precision = "float32"
     return None if owner is None else get(owner, precision)

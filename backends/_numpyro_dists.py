@@ -112,8 +112,16 @@ def native_distribution(spec):
     No NumPyro argument validation (on by default in NumPyro): the core validates a model's
     parameters and observed values once, by site; in the compiled steps the support mask it adds
     to every log-density is pure cost.
+
+    NumPy parameters become JAX arrays here, under the caller's precision: a jitted NumPyro
+    helper (``jnp.linalg.cholesky`` in ``Wishart``) first called on a NumPy array in float32 and
+    later in a ``jax.enable_x64`` scope is otherwise fed a float32 buffer by JAX 0.10's dispatch
+    cache and fails (``RuntimeProgramInputMismatch``).
     """
-    return _FAMILIES[spec.name](**spec.params, validate_args=False)
+    params = {  # NumPy parameters as JAX arrays of the current precision, see below
+        k: jnp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in spec.params.items()
+    }
+    return _FAMILIES[spec.name](**params, validate_args=False)
 
 
 def observed_value(spec, value, int_dtype):

@@ -12,6 +12,7 @@ import pyro.distributions as pd
 import torch
 from torch.distributions import biject_to as _biject_to
 from torch.distributions import constraints as tc
+from torch.distributions.mixture_same_family import MixtureSameFamilyConstraint
 from torch.distributions.transforms import identity_transform
 
 from ..errors import DistributionError
@@ -56,7 +57,9 @@ def _wishart(df, scale_matrix=None, precision_matrix=None, scale_tril=None):
 
 def _multinomial(total_count=1, probs=None, logits=None):
     # torch draws one total_count for the whole batch; its log_prob reads the counts themselves.
-    counts = np.unique(np.asarray(total_count.detach().cpu() if isinstance(total_count, Tensor) else total_count))
+    counts = np.unique(
+        np.asarray(total_count.detach().cpu() if isinstance(total_count, Tensor) else total_count)
+    )
     if counts.size != 1:
         raise DistributionError(
             "Multinomial: the pyro backend needs one total_count for the whole batch (torch's "
@@ -132,7 +135,11 @@ def _param(spec, key, value, asarray):
     if key in _STATIC or isinstance(value, str):
         return value
     if isinstance(value, Tensor):
-        return value if value.is_floating_point() or key not in _COUNTS else value.float()
+        # floats to the fit's precision (a float32 latent times a NumPy float64 constant is
+        # float64 in torch); integer counts to floats (torch's lgamma has no integer kernel)
+        if value.is_floating_point() or key in _COUNTS:
+            return asarray(value if value.is_floating_point() else value.double())
+        return value
     if isinstance(value, float | int) and not isinstance(value, bool):
         if spec.name not in _TENSOR_PARAMS or (key in _COUNTS and isinstance(value, int)):
             return value
@@ -180,6 +187,8 @@ def biject_to(support):
     """The bijection from R^k onto ``support``, or None for the identity."""
     if support in _IDENTITY_SUPPORTS:
         return None
+    if isinstance(support, MixtureSameFamilyConstraint):  # a mixture's values: its components'
+        support = support.base_constraint
     if support is tc.positive_definite:  # torch registers none (a latent Wishart)
         return extra.PositiveDefiniteTransform()
     transform = _biject_to(support)

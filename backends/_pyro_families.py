@@ -11,7 +11,7 @@ Example
 >>> from ppl_bdl.backends._pyro_families import TruncatedNormal
 >>> d = TruncatedNormal(torch.tensor(0.0), torch.tensor(1.0), low=torch.tensor(0.0))
 >>> round(float(d.log_prob(torch.tensor(0.5))), 4)
--0.4189
+-0.3508
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class TruncatedNormal(pd.TorchDistribution):
         log_z = self._frame()[-1]
         return -0.5 * z * z - _LOG_SQRT_2PI - torch.log(self.scale) - log_z
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
         _, _, upper, lo, hi, _ = self._frame()
         u = torch.rand(shape, dtype=self.loc.dtype, device=self.loc.device)
@@ -116,7 +116,7 @@ class GaussianRandomWalk(pd.TorchDistribution):
         self.num_steps = int(num_steps)
         super().__init__(self.scale.shape, torch.Size([self.num_steps]), validate_args=False)
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
         steps = torch.randn(shape, dtype=self.scale.dtype, device=self.scale.device)
         return torch.cumsum(steps, -1) * self.scale.unsqueeze(-1)
@@ -158,7 +158,7 @@ class DiscreteUniform(pd.TorchDistribution):
         shape = torch.broadcast_shapes(value.shape, self.batch_shape)
         return (-torch.log(self.high - self.low + 1)).expand(shape)
 
-    def sample(self, sample_shape=torch.Size()):
+    def sample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
         u = torch.rand(shape, dtype=self.low.dtype, device=self.low.device)
         draws = self.low + torch.floor(u * (self.high - self.low + 1))
@@ -250,7 +250,7 @@ class LKJCholesky(pd.LKJCholesky):
     is right and kept.
     """
 
-    def sample(self, sample_shape=torch.Size()):
+    def sample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
         d, conc = self.dim, self.concentration
         i = torch.arange(1, d, dtype=conc.dtype, device=conc.device)

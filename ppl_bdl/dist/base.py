@@ -240,7 +240,7 @@ class Distribution:
         >>> import numpy as np
         >>> from ppl_bdl import dist
         >>> dist.Logistic(0.5, 2.0).log_prob(np.array([0.1, 1.0])).round(4)
-        array([-2.0868, -2.0894])
+        array([-2.0894, -2.095 ])
         """
         from .evaluation import log_prob
 

@@ -119,9 +119,7 @@ real_vector = Constraint(
 real_matrix = Constraint(
     "real_matrix", lambda x: np.all(np.isfinite(x), axis=(-1, -2)), "a real matrix", 2
 )
-ordered_vector = Constraint(
-    "ordered_vector", _ordered, "a strictly increasing vector", event_dim=1
-)
+ordered_vector = Constraint("ordered_vector", _ordered, "a strictly increasing vector", event_dim=1)
 positive_vector = Constraint(
     "positive_vector", lambda x: np.all(x > 0, axis=-1), "a vector of numbers > 0", event_dim=1
 )
@@ -242,8 +240,9 @@ def counts_summing_to(total_count) -> Constraint:
         f"a vector of integer counts >= 0 summing to {described}",
         event_dim=1,
         discrete=True,
-        at=lambda index: "a vector of integer counts >= 0 summing to "
-        f"{_fmt(_value_at(total, index))}",
+        at=lambda index: (
+            f"a vector of integer counts >= 0 summing to {_fmt(_value_at(total, index))}"
+        ),
     )
 
 

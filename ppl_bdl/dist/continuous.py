@@ -13,7 +13,7 @@ Traceback (most recent call last):
 ...
 ppl_bdl.errors.DistributionError: Normal: parameter 'scale' must be a number > 0, got -1.
 >>> dist.TruncatedNormal(0.0, 1.0, low=0.0).log_prob(np.array([-0.5, 0.5])).round(4)
-array([   -inf, -0.4189])
+array([   -inf, -0.3508])
 """
 
 from __future__ import annotations
@@ -225,9 +225,7 @@ class TruncatedNormal(Distribution):
     arg_constraints = {"loc": C.real, "scale": C.positive, "low": C.real, "high": C.real}
     support = C.interval
 
-    def __init__(
-        self, loc: Array = 0.0, scale: Array = 1.0, low: Array = None, high: Array = None
-    ):
+    def __init__(self, loc: Array = 0.0, scale: Array = 1.0, low: Array = None, high: Array = None):
         super().__init__(loc=loc, scale=scale, low=low, high=high)
 
     def _check_relations(self) -> str | None:

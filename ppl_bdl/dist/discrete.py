@@ -8,7 +8,7 @@ Example
 >>> import numpy as np
 >>> from ppl_bdl import dist
 >>> dist.NegativeBinomial(3.0, probs=0.4).log_prob(np.array([0, 2])).round(4)
-array([-1.5325, -1.7556])
+array([-1.5325, -1.5733])
 >>> dist.Binomial(5, probs=0.5).support_violation(np.array([2, 7]))
 'holds 7 at index (1,), outside the support of Binomial: an integer in [0, 5]'
 """

@@ -204,4 +204,3 @@ class Wishart(Distribution):
     @property
     def event_shape(self) -> tuple[int, ...]:
         return _shape(self._matrix())[-2:]
-

@@ -155,7 +155,9 @@ class MixtureSameFamily(Distribution):
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
-        return tuple(np.broadcast_shapes(self._mixing.batch_shape, self._component.batch_shape[:-1]))
+        return tuple(
+            np.broadcast_shapes(self._mixing.batch_shape, self._component.batch_shape[:-1])
+        )
 
     @property
     def event_shape(self) -> tuple[int, ...]:
