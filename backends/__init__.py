@@ -21,13 +21,20 @@ from importlib.metadata import entry_points
 from ..backend_protocol import Backend
 from ..errors import BackendError
 
-__all__ = ["Backend", "available", "default", "get", "libraries", "owner_of", "registered"]
+__all__ = [
+    "Backend", "available", "default", "default_name", "get", "libraries", "owner_of", "registered"
+]  # fmt: skip
 
 #: Built-in backends and the third-party packages each needs (checked without importing them).
 _BUILTIN = {
     "pyro": ("ppl_bdl.backends.pyro:PyroBackend", ("torch", "pyro")),
     "numpyro": ("ppl_bdl.backends.numpyro:NumPyroBackend", ("jax", "numpyro")),
 }
+#: Which installed backend runs ``dist.X(...).log_prob`` / ``.sample`` outside any model, first
+#: found first (any backend gives the same numbers; JAX imports faster than torch).
+_DEFAULT_ORDER = ("numpyro", "pyro")
+#: Backends loaded so far, by (name, precision): ``owner_of`` asks them first.
+_LOADED: dict[tuple[str, str, str | None], Backend] = {}
 
 
 @lru_cache(maxsize=1)
@@ -77,7 +84,9 @@ def default() -> str:
 def _load(name: str, precision: str, device: str | None) -> Backend:
     module_name, cls_name = registered()[name].split(":")
     module = importlib.import_module(module_name)
-    return getattr(module, cls_name)(precision=precision, device=device)
+    backend = getattr(module, cls_name)(precision=precision, device=device)
+    _LOADED[name, precision, device] = backend
+    return backend
 
 
 def get(
@@ -111,15 +120,57 @@ def get(
     return _load(name, precision, device)
 
 
-def owner_of(value) -> Backend | None:
-    """The installed backend whose arrays ``value`` is one of (only backends already imported
-    are asked: an array of a library that was never imported cannot exist), or None."""
-    import sys
+def default_name() -> str:
+    """The backend that evaluates distributions outside any model (the first installed one).
 
-    for name, target in registered().items():
-        module_name = target.split(":")[0]
-        if module_name in sys.modules and _installed(name):
-            backend = get(name)
-            if backend.is_array(value):
-                return backend
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> bdl.backends.default_name() in bdl.backends.available()
+    True
+    """
+    return default()
+
+
+def _claimant(value) -> str | None:
+    """The name of the backend whose arrays (or random keys) ``value`` is, or None."""
+    for (name, _, _), backend in list(_LOADED.items()):
+        if backend.is_array(value):
+            return name
+    root = type(value).__module__.partition(".")[0]
+    for name, (_, needs) in _BUILTIN.items():
+        # jax arrays live in 'jaxlib'; torch tensors and generators in 'torch'
+        if any(root.startswith(package) for package in needs) and _installed(name):
+            return name
     return None
+
+
+def owner_of(*values) -> Backend | None:
+    """The backend that owns the first backend array (or random key) among ``values``, or None.
+
+    Its precision follows the arrays: float32 when one of them is a float32 array, else float64.
+    NumPy arrays and Python numbers belong to no backend.
+
+    Example
+    -------
+    >>> import numpy as np, ppl_bdl as bdl
+    >>> bdl.backends.owner_of(np.zeros(3), 1.0) is None
+    True
+    >>> be = bdl.backends.get("pyro")
+    >>> bdl.backends.owner_of(be.asarray([1.0])).name
+    'pyro'
+    """
+    owner = None
+    precision = "float64"
+    for value in values:
+        name = _claimant(value)
+        if name is None:
+            continue
+        owner = owner or name
+        if str(getattr(value, "dtype", "")).rpartition(".")[2] in (
+            "float32",
+            "float16",
+            "bfloat16",
+        ):
+            precision = "float32"
+    return None if owner is None else get(owner, precision)

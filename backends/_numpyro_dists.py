@@ -1,7 +1,13 @@
-"""The NumPyro backend's distributions: neutral specs to native ``numpyro.distributions``."""
+"""The NumPyro backend's distributions: neutral specs to native ``numpyro.distributions``.
+
+NumPyro has a native class for every family of the DSL; a few need their parameters renamed
+(``Wishart``) or their nested specs mapped (``MixtureSameFamily``).
+"""
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as nd
 from numpyro.distributions import constraints as ndc
 from numpyro.distributions.transforms import IdentityTransform
@@ -18,6 +24,39 @@ def _improper(support="real", validate_args=None):
     return nd.ImproperUniform(support, (), (), validate_args=validate_args)
 
 
+def _wishart(df, scale_matrix=None, precision_matrix=None, scale_tril=None, validate_args=None):
+    return nd.Wishart(
+        df,
+        scale_matrix=scale_matrix,
+        rate_matrix=precision_matrix,
+        scale_tril=scale_tril,
+        validate_args=validate_args,
+    )
+
+
+def _multinomial(total_count=1, probs=None, logits=None, validate_args=None):
+    # Sampling under jit needs a static bound on the counts; it is known when total_count is data.
+    try:
+        total_count_max = int(np.max(np.asarray(total_count)))
+    except Exception:  # a traced total_count: log_prob works, draws need a concrete one
+        total_count_max = None
+    return nd.Multinomial(
+        total_count, probs, logits, total_count_max=total_count_max, validate_args=validate_args
+    )
+
+
+def _mixture(mixing_distribution, component_distribution, validate_args=None):
+    return nd.MixtureSameFamily(
+        native_distribution(mixing_distribution),
+        native_distribution(component_distribution),
+        validate_args=validate_args,
+    )
+
+
+def _truncated_normal(loc=0.0, scale=1.0, low=None, high=None, validate_args=None):
+    return nd.TruncatedNormal(loc, scale, low=low, high=high, validate_args=validate_args)
+
+
 _FAMILIES = {
     "Normal": nd.Normal,
     "HalfNormal": nd.HalfNormal,
@@ -26,23 +65,45 @@ _FAMILIES = {
     "StudentT": nd.StudentT,
     "HalfStudentT": _folded_student_t,
     "Laplace": nd.Laplace,
+    "Logistic": nd.Logistic,
     "LogNormal": nd.LogNormal,
     "Gamma": nd.Gamma,
     "InverseGamma": nd.InverseGamma,
+    "Chi2": nd.Chi2,
     "Beta": nd.Beta,
     "Exponential": nd.Exponential,
+    "Weibull": nd.Weibull,
+    "Pareto": nd.Pareto,
     "Uniform": nd.Uniform,
+    "TruncatedNormal": _truncated_normal,
+    "VonMises": nd.VonMises,
     "ImproperUniform": _improper,
     "Bernoulli": nd.Bernoulli,
     "Binomial": nd.Binomial,
     "Categorical": nd.Categorical,
     "Poisson": nd.Poisson,
+    "NegativeBinomial": nd.NegativeBinomial,
+    "GammaPoisson": nd.GammaPoisson,
+    "ZeroInflatedPoisson": nd.ZeroInflatedPoisson,
+    "BetaBinomial": nd.BetaBinomial,
+    "Geometric": nd.Geometric,
+    "DiscreteUniform": nd.DiscreteUniform,
+    "OrderedLogistic": nd.OrderedLogistic,
     "Dirichlet": nd.Dirichlet,
     "MultivariateNormal": nd.MultivariateNormal,
+    "LowRankMultivariateNormal": nd.LowRankMultivariateNormal,
+    "Multinomial": _multinomial,
     "LKJCholesky": nd.LKJCholesky,
+    "LKJ": nd.LKJ,
+    "Wishart": _wishart,
+    "Delta": nd.Delta,
+    "GaussianRandomWalk": nd.GaussianRandomWalk,
+    "MixtureSameFamily": _mixture,
 }
 
 _IDENTITY_SUPPORTS = (ndc.real, ndc.real_vector)
+#: Families whose values index an array (take_along_axis needs integer indices).
+_INDEX_VALUED = frozenset({"Categorical", "OrderedLogistic"})
 
 
 def native_distribution(spec):
@@ -51,8 +112,36 @@ def native_distribution(spec):
     No NumPyro argument validation (on by default in NumPyro): the core validates a model's
     parameters and observed values once, by site; in the compiled steps the support mask it adds
     to every log-density is pure cost.
+
+    NumPy parameters become JAX arrays here, under the caller's precision: a jitted NumPyro
+    helper (``jnp.linalg.cholesky`` in ``Wishart``) first called on a NumPy array in float32 and
+    later in a ``jax.enable_x64`` scope is otherwise fed a float32 buffer by JAX 0.10's dispatch
+    cache and fails (``RuntimeProgramInputMismatch``).
     """
-    return _FAMILIES[spec.name](**spec.params, validate_args=False)
+    params = {  # NumPy parameters as JAX arrays of the current precision, see below
+        k: jnp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in spec.params.items()
+    }
+    return _FAMILIES[spec.name](**params, validate_args=False)
+
+
+def observed_value(spec, value, int_dtype):
+    """``value`` (a JAX array of valid values, any numeric dtype) in the dtype ``spec`` needs.
+
+    Labels of index-valued families become integers (float labels crash ``take_along_axis``);
+    booleans become numbers. Runs when a step is traced, so it only reads the static dtype.
+    """
+    dtype = value.dtype
+    if _index_valued(spec):
+        return value if jnp.issubdtype(dtype, jnp.integer) else value.astype(int_dtype)
+    if dtype == jnp.bool_:
+        return value.astype(int_dtype if spec.is_discrete else jnp.result_type(float))
+    return value
+
+
+def _index_valued(spec) -> bool:
+    if spec.name == "MixtureSameFamily":
+        return _index_valued(spec.params["component_distribution"])
+    return spec.name in _INDEX_VALUED
 
 
 def expand(native, batch_shape, event_ndims: int):

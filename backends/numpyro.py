@@ -161,6 +161,12 @@ class NumPyroBackend(BackendBase):
     def biject_to(self, support):
         return _dists.biject_to(support)
 
+    def observed_value(self, spec, value):
+        """Valid observed values of any numeric dtype, in the dtype ``spec``'s family needs."""
+        return _dists.observed_value(
+            spec, value, jnp.int64 if self.precision == "float64" else jnp.int32
+        )
+
     # -- autodiff, vectorisation, loops ----------------------------------------------------------
     def value_and_grad(self, fn, has_aux: bool = False):
         return jax.value_and_grad(fn, has_aux=has_aux)

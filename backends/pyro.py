@@ -168,6 +168,10 @@ class PyroBackend(BackendBase):
     def biject_to(self, support):
         return _dists.biject_to(support)
 
+    def observed_value(self, spec, value):
+        """Valid observed values of any numeric dtype, in the dtype ``spec``'s family needs."""
+        return _dists.observed_value(spec, value, self.float_dtype)
+
     # -- autodiff, vectorisation, loops ----------------------------------------------------------
     def value_and_grad(self, fn, has_aux: bool = False):
         def wrapped(*args):

@@ -140,6 +140,7 @@ class Evaluator(Runtime):
             value = msg.obs
             if self.validate:
                 value = self._check_obs(msg, value, shape)
+            value = be.observed_value(spec, value)
         elif msg.name in self.unconstrained:
             self._refuse_subsampled_latent(msg)
             u = self.unconstrained[msg.name]
@@ -283,6 +284,13 @@ class Evaluator(Runtime):
             raise DataError(
                 f"observed site {msg.name!r}: obs holds {array[first]} at index {first}. Remove or "
                 "impute missing values before fitting."
+            )
+        error = msg.fn.support_violation(array, be.to_numpy)
+        if error:
+            raise DataError(
+                f"observed site {msg.name!r}: obs {error}. Fix the data (labels as integer codes "
+                "0..K-1, counts as whole numbers >= 0, values inside the range), or choose a "
+                "distribution whose support holds these values."
             )
         return value
 

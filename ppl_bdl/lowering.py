@@ -20,7 +20,8 @@ class Lowering(Runtime):
             native = be.distribution(msg.fn)
             shape = site_shape(msg, native)
             native = be.expand(native, shape.batch + shape.extra, len(shape.extra))
-            msg.value = be.native.sample(msg.name, native, msg.obs)
+            obs = None if msg.obs is None else be.observed_value(msg.fn, msg.obs)
+            msg.value = be.native.sample(msg.name, native, obs)
         elif msg.type == "param":
             init = be.asarray(msg.fn)
             msg.value = be.native.param(msg.name, init, msg.kwargs["constraint"])

@@ -163,6 +163,11 @@ def current_plates() -> list[PlateFrame]:
     return [h.frame for h in _STACK.get() if isinstance(h, PlateHandler)]
 
 
+def active_backend() -> Backend | None:
+    """The backend of the model run or ``backend.activate()`` block in progress, or None."""
+    return _BACKEND.get()
+
+
 def current_backend() -> Backend:
     """The backend of the model run or inference loop in progress.
 

@@ -66,6 +66,9 @@ class DelegateBackend(BackendBase):
     def biject_to(self, support):
         return dists.biject_to(support)
 
+    def observed_value(self, spec, value):
+        return dists.observed_value(spec, value, self._ref.int_dtype)
+
     # autodiff and loops
     def value_and_grad(self, fn, has_aux: bool = False):
         return jax.value_and_grad(fn, has_aux=has_aux)
