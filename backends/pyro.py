@@ -47,6 +47,11 @@ class _Random:
         """A batch of ``num`` keys, indexable along the first axis (for the vmap loop)."""
         return _KeyBatch(key, num)
 
+    def step_keys(self, key, start: int, num: int):
+        """The chain's one generator advances through the steps in order: any chunking gives
+        the same draws."""
+        return _KeyBatch(key, num)
+
     def normal(self, key, shape):
         return torch.randn(
             tuple(shape), generator=key, dtype=self._be.float_dtype, device=key.device

@@ -111,7 +111,7 @@ def cliff():
 def test_sgmcmc_stops_at_a_nan_potential(backend, method):
     with pytest.raises(bdl.InferenceError, match=r"chain \d+ reached a non-finite") as info:
         # pSGLD's preconditioner starts large (its gradient average starts at 0): smaller steps
-        step_size = 1e-3 if method == "psgld" else 0.05
+        step_size = 0.01 if method == "psgld" else 0.05
         bdl.fit(cliff(), backend=backend, method=method, step_size=step_size, num_warmup=0,
                 num_samples=3000, num_chains=2, seed=0, init={"x": -0.5}, progress=False)  # fmt: skip
     partial = info.value.partial

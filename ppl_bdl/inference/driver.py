@@ -237,7 +237,7 @@ def _run_group(
         steps = min(plan.chunk, plan.num_steps - start)
         with be.scope(), be.activate():
             xs = _inputs(be, plan, start, steps, batches, vectorised)
-            xs["key"] = _step_keys(be, chain_keys, plan.chunk, vectorised)
+            xs["key"] = _step_keys(be, chain_keys, start, plan.chunk, vectorised)
             state = carry if previous is None else previous.result.carry
             return _Chunk(start, steps, runner(state, xs, data, steps, plan.rows))
 
@@ -295,14 +295,11 @@ def _loop_step(be, transition: Transition, vectorised: bool):
     return step
 
 
-def _step_keys(be, chain_keys: list, steps: int, vectorised: bool):
-    """Every step's key of a chunk, split in one call per chain before the chunk runs (a split
-    inside the loop body costs more than the step's own work for small models); each chain's
-    stream depends only on its own key. Advances ``chain_keys`` in place."""
-    per_chain = []
-    for i, key in enumerate(chain_keys):
-        chain_keys[i], chunk_key = be.random.split(key)
-        per_chain.append(be.random.keys(chunk_key, steps))
+def _step_keys(be, chain_keys: list, start: int, steps: int, vectorised: bool):
+    """Every step's key of a chunk, made in one call per chain before the chunk runs (a split
+    inside the loop body costs more than the step's own work for small models). Step t's key
+    depends only on its chain's key and t, not on how the run is chunked."""
+    per_chain = [be.random.step_keys(key, start, steps) for key in chain_keys]
     if vectorised:
         return be.math.stack(per_chain, axis=1)
     return per_chain[0]
