@@ -160,6 +160,22 @@ class NumPyroBackend(BackendBase):
     def tree_map(self, fn, *trees):
         return jax.tree_util.tree_map(fn, *trees)
 
+    checks_index_bounds = False
+
+    def bounds_checked(self, fn):
+        """``fn`` under ``checkify``'s index checks (JAX clamps out-of-range gathers)."""
+        from jax.experimental import checkify
+
+        def run():
+            with self.scope():
+                error, out = checkify.checkify(fn, errors=checkify.index_checks)()
+            message = error.get()
+            if message is not None:
+                raise IndexError(message)
+            return out
+
+        return run
+
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
         return _dists.native_distribution(spec)

@@ -163,6 +163,11 @@ class PyroBackend(BackendBase):
     def tree_map(self, fn, *trees):
         return tree_map(fn, *trees)
 
+    checks_index_bounds = True
+
+    def bounds_checked(self, fn):
+        return fn  # torch's indexing raises IndexError out of bounds
+
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
         return _dists.native_distribution(spec, self.asarray)

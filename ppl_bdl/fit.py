@@ -111,7 +111,7 @@ def fit(
                 "fits with different seeds."
             )
         setup = prepare(bound, backend, precision, seed, device)
-        setup.settings.update(settings, num_samples=num_samples)
+        setup.settings.update(settings, num_samples=num_samples, **_where(setup))
         return run_vi(
             setup, num_samples=_positive_int("num_samples", num_samples), seed=seed,
             progress=progress, log_likelihood=log_likelihood, **options
@@ -137,7 +137,7 @@ def fit(
             )
     setup = prepare(bound, backend, precision, seed, device)
     setup.settings.update(settings, num_warmup=num_warmup, num_samples=num_samples,
-                          num_chains=num_chains, thinning=thinning)  # fmt: skip
+                          num_chains=num_chains, thinning=thinning, **_where(setup))  # fmt: skip
     if entry.kind == "native":
         from .inference.native_mcmc import run_native_mcmc
 
@@ -145,6 +145,11 @@ def fit(
     from .inference.sgmcmc import run_sgmcmc
 
     return run_sgmcmc(setup, entry, **common, **options)
+
+
+def _where(setup) -> dict:
+    """The backend and device the fit ran on, as resolved (not as asked: None is a default)."""
+    return {"backend": setup.backend.name, "device": setup.backend.device}
 
 
 def _plain(value: Any) -> bool:

@@ -98,6 +98,8 @@ class Evaluator(Runtime):
         self.record = record
         self.log_joint: Any = 0.0
         self.sites: dict[str, SiteRecord] = {}
+        #: Every plate entered, by name: its size.
+        self.plates_seen: dict[str, int] = {}
         self._names: set[str] = set()
 
     # -- primitives -------------------------------------------------------------------------
@@ -210,6 +212,7 @@ class Evaluator(Runtime):
     # -- plates -----------------------------------------------------------------------------
     @contextmanager
     def plate(self, frame: PlateFrame):
+        self.plates_seen[frame.name] = frame.size
         indices = self.batch.get(frame.name)
         if indices is None:
             indices = self.backend.arange(frame.size)

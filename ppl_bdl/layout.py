@@ -35,13 +35,45 @@ def trace_model(
             backend, key=key, missing=missing, values=values, validate=validate, record=True,
             batch=None if batch is None else {k: backend.asarray(v, "int") for k, v in batch.items()},
         )  # fmt: skip
-        bound.run_with(ev)
+        try:
+            bound.run_with(ev)
+            if validate and not backend.checks_index_bounds:
+                _check_bounds(bound, backend, ev)
+        except (ModelError, IndexError) as err:
+            if "out of bounds" not in str(err) or not ev.plates_seen:
+                raise
+            raise _read_past_the_end(bound, ev, err) from err
     if not any(site.kind in ("latent", "observed") for site in ev.sites.values()):
         raise ModelError(
             f"model {bound.name!r} returned before sampling anything: it has no sample sites. Call "
             "bdl.sample(...) before any return statement."
         )
     return ev.sites
+
+
+def _check_bounds(bound, backend, recorded: Evaluator) -> None:
+    """Run the model again with bounds-checked indexing (JAX clamps an out-of-range gather: data
+    shorter than its plate would be read past its end without an error)."""
+    values = {n: s.value for n, s in recorded.sites.items() if s.kind == "latent"}
+    params = {n: s.value for n, s in recorded.sites.items() if s.kind == "param"}
+
+    def run():
+        ev = Evaluator(backend, values=values, params=params, batch=recorded.batch)
+        bound.run_with(ev)
+        return ev.log_joint
+
+    backend.bounds_checked(run)()
+
+
+def _read_past_the_end(bound, ev: Evaluator, err: BaseException):
+    from .errors import DataError
+
+    plates = ", ".join(f"{name!r} (size {size})" for name, size in ev.plates_seen.items())
+    return DataError(
+        f"model {bound.name!r} reads data past its end: {err} An array indexed with a plate's "
+        f"indices needs the plate's size on that axis (plates: {plates}). Bind data of the "
+        "plate's size, or give the plate the data's size."
+    )
 
 
 def _unbound_message(obj: Any) -> str:

@@ -217,7 +217,7 @@ def with_discrete(y):
     [
         (dict(step_size=0.0), bdl.ConfigError, "step_size must be a positive"),
         (dict(step_size=-1e-3), bdl.ConfigError, "step_size must be a positive"),
-        (dict(), bdl.ConfigError, "needs a step_size"),
+        (dict(step_size="big"), bdl.ConfigError, "positive number or .auto."),
         (dict(step_size=1e-3, batch_size=101), bdl.ConfigError, "batch_size=101 is larger"),
         (dict(step_size=1e-3, schedule="exponential"), bdl.ConfigError, "unknown schedule"),
         (dict(step_size=1e-3, frictionn=1.0), bdl.ConfigError, "unknown option"),

@@ -271,8 +271,19 @@ def build_posterior(
         model=setup.bound,
         params={k: setup.backend.to_numpy(v) for k, v in setup.params.items()},
         latent_names=setup.layout.names,
+        settings=_json_settings(setup.settings),
         **extra,
     )
+
+
+def _json_settings(settings: dict) -> dict:
+    """The fit's settings as plain JSON-able values (NumPy scalars become Python numbers)."""
+    out = {}
+    for key, value in settings.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        out[key] = value
+    return out
 
 
 def site_dims(sites: dict[str, SiteRecord]) -> dict[str, list[str]]:

@@ -36,7 +36,31 @@ def minibatch_plate(setup: Setup, batch_size: int | None) -> tuple[str, int] | N
             f"batch_size={batch_size} is larger than the data (plate {name!r} has N={size}). Use "
             f"batch_size <= {size}, or leave it out for full-batch steps."
         )
+    _check_indexed(setup, name, size, batch_size)
     return name, size
+
+
+def _check_indexed(setup: Setup, plate: str, size: int, batch_size: int) -> None:
+    """Run the model once on a minibatch: an observed site of the plate whose data is not indexed
+    with the plate's indices would be scaled by N/B over all of its N values."""
+    from ..errors import ModelError
+    from ..layout import trace_model
+
+    if batch_size == size:
+        return
+    values = {n: s.value for n, s in setup.sites.items() if s.kind == "latent"}
+    try:
+        trace_model(setup.bound, setup.backend, values=values, missing="error",
+                    batch={plate: np.arange(batch_size)})  # fmt: skip
+    except ModelError as err:
+        if "obs has shape" not in str(err):
+            raise
+        raise ConfigError(
+            f"with batch_size={batch_size} the plate {plate!r} yields {batch_size} of its {size} "
+            f"indices per step, but an observed site in it does not use them: {err} Index the "
+            "data with the plate's indices (`with bdl.plate(...) as idx:` then `obs=y[idx]`, "
+            "`X[idx]`)."
+        ) from err
 
 
 class EpochBatches:

@@ -56,6 +56,11 @@ class DelegateBackend(BackendBase):
     def tree_map(self, fn, *trees):
         return jax.tree_util.tree_map(fn, *trees)
 
+    checks_index_bounds = False
+
+    def bounds_checked(self, fn):
+        return self._ref.bounds_checked(fn)
+
     # distributions
     def distribution(self, spec):
         return dists.native_distribution(spec)
