@@ -99,7 +99,9 @@ def test_a_vi_fit_starts_the_chains(backend):
 
 
 def _uci(name: str):
-    root = Path(os.environ.get("PPL_BDL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    root = Path(
+        os.environ.get("PPL_BDL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
+    )
     folder = root / "uci" / name
     if not folder.is_dir():
         pytest.skip(f"the UCI data is not here ({folder}): it comes with ../shared/data")
