@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import numpyro.distributions as nd
 from numpyro.distributions import constraints as ndc
 from numpyro.distributions.transforms import IdentityTransform
@@ -118,10 +119,14 @@ def native_distribution(spec):
     later in a ``jax.enable_x64`` scope is otherwise fed a float32 buffer by JAX 0.10's dispatch
     cache and fails (``RuntimeProgramInputMismatch``).
     """
-    params = {  # NumPy parameters as JAX arrays of the current precision, see below
-        k: jnp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in spec.params.items()
+    params = {  # NumPy parameters (and lists) as JAX arrays of the current precision, see below
+        k: jnp.asarray(v) if isinstance(v, np.ndarray | list | tuple) else v
+        for k, v in spec.params.items()
     }
-    return _FAMILIES[spec.name](**params, validate_args=False)
+    # Composite families (HalfNormal, StudentT, ...) build inner distributions without passing
+    # validate_args on: switch NumPyro's validation off around them too.
+    with numpyro.validation_enabled(False):
+        return _FAMILIES[spec.name](**params, validate_args=False)
 
 
 def observed_value(spec, value, int_dtype):

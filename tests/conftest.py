@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-import ppl_bdl as bdl
+# On a GPU host: several pytest workers share the GPU, so no process may take most of its memory
+# up front (JAX's default) -- set before JAX is imported.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-BACKENDS = bdl.backends.available()
+import ppl_bdl as bdl  # noqa: E402
+
+#: The built-in backends installed here (a test-only third backend runs in test_conformance.py).
+BACKENDS = [name for name in bdl.backends.available() if name in ("numpyro", "pyro")]
 
 
 def pytest_configure(config):
@@ -20,6 +25,16 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
+        # Exact float32 on GPUs: the tests compare with float64 references (torch's matmuls are
+        # exact by default; cuDNN's convolutions use TF32 unless told otherwise).
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    if importlib.util.find_spec("jax") is not None:
+        import jax
+
+        # JAX's default float32 matmul on recent NVIDIA GPUs is TF32 (about 3 digits): the tests
+        # check values against float64 references, so they ask for full float32.
+        jax.config.update("jax_default_matmul_precision", "highest")
     # XLA compilation dominates short NumPyro runs; a session-local persistent cache lets the
     # second fit of an identical model (reproducibility checks, the second sequential chain) reuse
     # the first one's executable. Opt out with PPL_BDL_TEST_JAX_CACHE=0.

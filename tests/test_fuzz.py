@@ -359,27 +359,9 @@ def run_case(seed: int, backend: str) -> tuple[list[str], list[str]]:
 #: Bugs the fuzzer found outside this test, reported to the lead with a reproducer: a run that
 #: fails only with these (message pattern -> what is wrong) is an expected failure until fixed.
 KNOWN_BUGS = {
-    r"requires ndarray or scalar arguments, got <class 'list'>|and 'list'|'list' and|"
-    r"'list' object has no attribute|Cannot determine dtype of \[": (
-        "a distribution parameter given as a Python list reaches the NumPyro backend unconverted"
-    ),
-    r"can't be cast to the desired output type Long": (
-        "Bernoulli with integer-typed observed values fails in torch's log_prob on Pyro"
-    ),
-    r"take_along_axis indices must be of integer type": (
-        "Categorical with float-typed observed values fails in NumPyro's log_prob"
-    ),
-    r"p_in >= 0 && p_in <= 1": (
-        "an observed value outside its support makes Pyro's NUTS fail inside torch"
-    ),
     r"'float' object has no attribute '\w+'|expected Tensor as element \d+ in argument \d+, "
     r"but got float|invalid combination of arguments - got \(.*float": (
         "a Python-number observed value reaches torch unconverted in the hot loop on Pyro"
-    ),
-    r"distribution got invalid \w+ parameter": (
-        "NumPyro's composite distributions (HalfNormal, StudentT) validate their inner parts "
-        "despite validate_args=False: a non-finite parameter from a heavy-tailed prior draw (VI's "
-        "initial prior draws) raises NumPyro's raw ValueError"
     ),
 }
 

@@ -61,7 +61,12 @@ class Distribution:
     exclusive: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any):
-        self.params = {k: v for k, v in params.items() if v is not None}
+        # Lists and tuples of numbers become NumPy arrays (a backend takes arrays, not lists).
+        self.params = {
+            k: np.asarray(v) if isinstance(v, list | tuple) else v
+            for k, v in params.items()
+            if v is not None
+        }
         runtime = current_runtime()
         if runtime is not None and not runtime.validate:
             # A hot loop (NUTS, VI, SG-MCMC steps, replays): the same model already passed a
