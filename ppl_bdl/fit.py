@@ -34,12 +34,12 @@ def fit(
     backend: str | None = None,
     method: str = "nuts",
     *,
-    num_warmup: int = 1000,
+    num_warmup: int | None = None,
     num_samples: int = 1000,
     num_chains: int | None = None,
-    thinning: int = 1,
+    thinning: int | None = None,
     seed: int = 0,
-    init: Any = "uniform",
+    init: Any = None,
     precision: str = "float32",
     device: str | None = None,
     progress: bool | None = None,
@@ -59,12 +59,14 @@ def fit(
         "nuts", "hmc", a registered SG-MCMC kernel (see :func:`ppl_bdl.kernels.available`), or "vi".
     num_warmup, num_samples, num_chains, thinning : int
         ``num_samples`` draws are kept per chain; a chain runs ``num_warmup + num_samples * thinning``
-        steps on every method and backend. ``num_chains`` defaults to 4 (MCMC); VI fits one
-        guide, so it takes no ``num_chains`` (an error if given, other than 1).
+        steps on every method and backend (defaults: 1000 warmup steps, 4 chains, no thinning).
+        VI fits one guide for ``num_steps`` steps and keeps ``num_samples`` draws from it, so
+        ``num_warmup``, ``num_chains`` (other than 1), ``thinning`` and ``init`` (VI's start is
+        ``init_loc``) are errors there, not silently ignored.
     seed : int
         Same seed, same backend: same draws.
-    init : "uniform" | "prior" | "median" | dict
-        Initial point of each chain.
+    init : "uniform" | "prior" | "median" | dict | Posterior
+        Initial point of each chain (default "uniform").
     precision : "float32" | "float64"
     device : str, optional
         Where the data and the computation live: "cpu", "cuda", "cuda:1", ... (None: the
@@ -110,6 +112,14 @@ def fit(
                 "Leave num_chains out (draws from the fitted guide: num_samples), or run several "
                 "fits with different seeds."
             )
+        unused = {"num_warmup": num_warmup, "thinning": thinning, "init": init}
+        given = sorted(k for k, v in unused.items() if v is not None)
+        if given:
+            raise ConfigError(
+                f"option(s) {', '.join(given)}: does not apply to method='vi': VI runs num_steps optimizer "
+                "steps (no warmup, no chain to thin) from init_loc ('median', 'prior', a dict of "
+                "site values or a flat array). Leave them out."
+            )
         setup = prepare(bound, backend, precision, seed, device)
         setup.settings.update(settings, num_samples=num_samples, **_where(setup))
         return run_vi(
@@ -118,13 +128,15 @@ def fit(
         )  # fmt: skip
     entry = kernels.get(method)
     num_chains = _positive_int("num_chains", 4 if num_chains is None else num_chains)
+    num_warmup = _positive_int("num_warmup", 1000 if num_warmup is None else num_warmup, minimum=0)
+    thinning = _positive_int("thinning", 1 if thinning is None else thinning)
     common = dict(
-        num_warmup=_positive_int("num_warmup", num_warmup, minimum=0),
+        num_warmup=num_warmup,
         num_samples=_positive_int("num_samples", num_samples),
         num_chains=num_chains,
-        thinning=_positive_int("thinning", thinning),
+        thinning=thinning,
         seed=seed,
-        init=init,
+        init="uniform" if init is None else init,
         progress=progress,
         log_likelihood=log_likelihood,
     )

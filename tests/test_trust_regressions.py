@@ -69,3 +69,10 @@ def test_a_likelihood_turning_nan_midway_stops_sgld(backend):
                 num_samples=2000, num_chains=1, init={"mu": 0.0}, progress=False)  # fmt: skip
     partial = info.value.partial
     assert partial is not None and np.all(partial.samples["mu"] < 2.0)
+
+
+@pytest.mark.parametrize("option", [dict(num_warmup=100), dict(thinning=2), dict(init="prior")])
+def test_options_vi_does_not_use_are_errors(option):
+    with pytest.raises(bdl.ConfigError, match="does not apply to method='vi'"):
+        bdl.fit(plate_of(np.zeros(5), 5), backend="numpyro", method="vi", num_steps=5,
+                progress=False, **option)  # fmt: skip
