@@ -20,11 +20,12 @@ from .interpreter import Evaluator, SiteRecord
 
 def trace_model(
     bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True,
-    batch: dict | None = None,
+    batch: dict | None = None, check_bounds: bool = True,
 ):  # fmt: skip
     """Run ``bound`` once on ``backend`` with validation on; return its sites by name.
 
-    ``batch`` (plate name -> indices) runs the plate on a subset, as a minibatch does."""
+    ``batch`` (plate name -> indices) runs the plate on a subset, as a minibatch does.
+    ``check_bounds`` reruns it with bounds-checked indexing where the backend clamps gathers."""
     from .model import BoundModel
 
     if not isinstance(bound, BoundModel):
@@ -37,7 +38,7 @@ def trace_model(
         )  # fmt: skip
         try:
             bound.run_with(ev)
-            if validate and not backend.checks_index_bounds:
+            if validate and check_bounds and not backend.checks_index_bounds:
                 _check_bounds(bound, backend, ev)
         except (ModelError, IndexError) as err:
             if "out of bounds" not in str(err) or not ev.plates_seen:

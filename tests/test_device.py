@@ -31,11 +31,13 @@ def _has_cuda(backend: str) -> bool:
 
 @pytest.mark.parametrize("method", ["nuts", "sgld", "vi"])
 def test_cpu_device_everywhere(backend, method):
-    options = {"vi": dict(num_steps=50), "sgld": dict(step_size=1e-3, batch_size=10)}.get(
-        method, {}
-    )
-    post = bdl.fit(mean_model(Y), backend=backend, method=method, device="cpu", num_warmup=20,
-                   num_samples=20, progress=False, **options)  # fmt: skip
+    options = {
+        "nuts": dict(num_warmup=20),
+        "sgld": dict(num_warmup=20, step_size=1e-3, batch_size=10),
+        "vi": dict(num_steps=50),
+    }[method]
+    post = bdl.fit(mean_model(Y), backend=backend, method=method, device="cpu", num_samples=20,
+                   progress=False, **options)  # fmt: skip
     assert isinstance(post.samples["mu"], np.ndarray)
     pred = post.predict(mean_model(Y[:5]), device="cpu")
     assert isinstance(pred.mean, np.ndarray) and pred.mean.shape == (5,)

@@ -95,8 +95,9 @@ def test_one_compilation_per_fit_whatever_the_chunking(monkeypatch):
         return calls["n"]
 
     one_chunk, many_chunks = traces(1000), traces(10)
-    # 1 validating trace, 1 trace of the step (the potential's value and gradient), 1 replay.
-    assert one_chunk == many_chunks == 3
+    # Once per fit: 1 validating run, its bounds-checked rerun (JAX clamps gathers), 1 run on a
+    # minibatch (are observed sites indexed by the plate?), 1 trace of the step, 1 replay.
+    assert one_chunk == many_chunks == 5
 
 
 # -- every method stops at the first non-finite potential or gradient -----------------------

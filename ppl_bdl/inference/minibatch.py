@@ -51,7 +51,7 @@ def _check_indexed(setup: Setup, plate: str, size: int, batch_size: int) -> None
     values = {n: s.value for n, s in setup.sites.items() if s.kind == "latent"}
     try:
         trace_model(setup.bound, setup.backend, values=values, missing="error",
-                    batch={plate: np.arange(batch_size)})  # fmt: skip
+                    batch={plate: np.arange(batch_size)}, check_bounds=False)  # fmt: skip
     except ModelError as err:
         if "obs has shape" not in str(err):
             raise
