@@ -372,10 +372,6 @@ KNOWN_BUGS = {
     r"p_in >= 0 && p_in <= 1": (
         "an observed value outside its support makes Pyro's NUTS fail inside torch"
     ),
-    r"'float' object has no attribute '\w+'|expected Tensor as element \d+ in argument \d+, "
-    r"but got float|invalid combination of arguments - got \(.*float": (
-        "a Python-number observed value reaches torch unconverted in the hot loop on Pyro"
-    ),
     r"distribution got invalid \w+ parameter": (
         "NumPyro's composite distributions (HalfNormal, StudentT) validate their inner parts "
         "despite validate_args=False: a non-finite parameter from a heavy-tailed prior draw (VI's "
