@@ -32,8 +32,8 @@ BACKENDS = bdl.backends.available()
 NUTS = dict(num_warmup=20, num_samples=20, num_chains=1, max_tree_depth=4)
 VI = dict(guide="meanfield", num_steps=20, num_samples=20)
 #: Seeds of the default suite, picked (for the generator as written) to be quick and to spread:
-#: a DistributionError (1), a ModelError (9), a known bug on NumPyro and a fit on Pyro (13), fits
-#: in 2, 1 and 0 plates (14, 33, 54), a DataError (65). A change to the generator changes what a
+#: a DistributionError (1), a ModelError (9), a Python-list parameter (13), fits in 2, 1 and 0
+#: plates (14, 33, 54), a DataError (65). A change to the generator changes what a
 #: seed makes: pick them again from a run of the slow seeds.
 DEFAULT_SEEDS = (1, 9, 13, 14, 33, 54, 65)
 SLOW_SEEDS = tuple(s for s in range(56) if s not in DEFAULT_SEEDS)
@@ -359,10 +359,6 @@ def run_case(seed: int, backend: str) -> tuple[list[str], list[str]]:
 #: Bugs the fuzzer found outside this test, reported to the lead with a reproducer: a run that
 #: fails only with these (message pattern -> what is wrong) is an expected failure until fixed.
 KNOWN_BUGS = {
-    r"requires ndarray or scalar arguments, got <class 'list'>|and 'list'|'list' and|"
-    r"'list' object has no attribute|Cannot determine dtype of \[": (
-        "a distribution parameter given as a Python list reaches the NumPyro backend unconverted"
-    ),
     r"can't be cast to the desired output type Long": (
         "Bernoulli with integer-typed observed values fails in torch's log_prob on Pyro"
     ),

@@ -233,6 +233,19 @@ def test_python_numbers_as_observed_values(backend):
 
 
 @bdl.model
+def list_parameters(loc, scale):
+    w = bdl.sample("w", dist.Normal(loc, scale))
+    bdl.sample("y", dist.Normal(w, [1.0, 2.0]), obs=[0.5, -0.5])
+
+
+def test_python_lists_as_parameters_and_observed_values(backend):
+    """(fuzz: a Python-list parameter reached NumPyro's distributions unconverted.)"""
+    bound = list_parameters([0.0, 1.0], [1.0, 1.0])
+    reference = list_parameters(np.array([0.0, 1.0]), np.ones(2))
+    assert_same_potential(bound, reference, backend, dim=2)
+
+
+@bdl.model
 def regression(X, y):
     w = bdl.sample("w", dist.Normal(0.0, 1.0), shape=(X.shape[1],))
     b = bdl.sample("b", dist.Normal(0.0, 1.0))
