@@ -114,12 +114,13 @@ def native_distribution(spec):
     parameters and observed values once, by site; in the compiled steps the support mask it adds
     to every log-density is pure cost.
 
-    NumPy parameters become JAX arrays here, under the caller's precision: a jitted NumPyro
+    NumPy parameters (and Python lists, which NumPyro's distributions do not take, while torch's
+    do) become JAX arrays here, under the caller's precision: a jitted NumPyro
     helper (``jnp.linalg.cholesky`` in ``Wishart``) first called on a NumPy array in float32 and
     later in a ``jax.enable_x64`` scope is otherwise fed a float32 buffer by JAX 0.10's dispatch
     cache and fails (``RuntimeProgramInputMismatch``).
     """
-    params = {  # NumPy parameters (and lists) as JAX arrays of the current precision, see below
+    params = {  # NumPy parameters and Python lists as JAX arrays of the current precision
         k: jnp.asarray(v) if isinstance(v, np.ndarray | list | tuple) else v
         for k, v in spec.params.items()
     }

@@ -17,6 +17,7 @@ from torch.distributions.transforms import identity_transform
 
 from ..errors import DistributionError
 from . import _pyro_families as extra
+from ._torch_values import plain
 
 Tensor = torch.Tensor
 
@@ -135,6 +136,7 @@ def _param(spec, key, value, asarray):
     if key in _STATIC or isinstance(value, str):
         return value
     if isinstance(value, Tensor):
+        value = plain(value)  # torch's own code needs no model-tensor hook
         # floats to the fit's precision (a float32 latent times a NumPy float64 constant is
         # float64 in torch); integer counts to floats (torch's lgamma has no integer kernel)
         if value.is_floating_point() or key in _COUNTS:

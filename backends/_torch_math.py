@@ -8,11 +8,45 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..runtime import current_runtime
+from ._torch_values import ModelTensor
+
 Tensor = torch.Tensor
 
 
 def _t(x):
-    return x if isinstance(x, Tensor) else torch.as_tensor(x, dtype=torch.get_default_dtype())
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray) and x.dtype.kind in "iub":  # indices and masks stay integers
+        return torch.as_tensor(x)
+    return torch.as_tensor(x, dtype=torch.get_default_dtype())
+
+
+def _same_dtype(*xs):
+    """Integer data promoted to the float dtype of the other operands (torch's matmul, outer and
+    einsum refuse mixed dtypes; NumPy and JAX promote)."""
+    xs = [_t(x) for x in xs]
+    dtype = xs[0].dtype
+    for x in xs[1:]:
+        dtype = torch.promote_types(dtype, x.dtype)
+    return [x if x.dtype == dtype else x.to(dtype) for x in xs]
+
+
+def _constant(fn):
+    """A constructor (zeros, arange, asarray of a constant): inside a model run its new array is
+    a model tensor, so NumPy values mix with it as with the model's other values."""
+
+    def make(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if (
+            type(out) is Tensor
+            and current_runtime() is not None
+            and all(out is not a for a in args)
+        ):
+            out.__class__ = ModelTensor
+        return out
+
+    return make
 
 
 def _unary(fn):
@@ -60,8 +94,9 @@ def _pad(x, padding, value):
 
 
 def conv2d(x, w, stride=1, padding=0, groups=1, dilation=1):
-    x, pads = _pad(_t(x), padding, 0.0)
-    return F.conv2d(x, _t(w), None, _pair(stride), pads, _pair(dilation), int(groups))
+    x, w = _same_dtype(x, w)
+    x, pads = _pad(x, padding, 0.0)
+    return F.conv2d(x, w, None, _pair(stride), pads, _pair(dilation), int(groups))
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):
@@ -118,10 +153,10 @@ def make_math() -> SimpleNamespace:
     m.maximum = lambda a, b: torch.maximum(_t(a), _t(b))
     m.minimum = lambda a, b: torch.minimum(_t(a), _t(b))
     m.cumsum = lambda x, axis=0: torch.cumsum(_t(x), dim=axis)
-    m.matmul = torch.matmul
-    m.dot = lambda a, b: torch.matmul(a, b)
-    m.outer = torch.outer
-    m.einsum = torch.einsum
+    m.matmul = lambda a, b: torch.matmul(*_same_dtype(a, b))
+    m.dot = m.matmul
+    m.outer = lambda a, b: torch.outer(*_same_dtype(a, b))
+    m.einsum = lambda subscripts, *operands: torch.einsum(subscripts, *_same_dtype(*operands))
     m.transpose = lambda x, axes=None: x.T if axes is None else x.permute(*axes)
     m.reshape = lambda x, shape: _t(x).reshape(shape)
     m.expand_dims = lambda x, axis: _t(x).unsqueeze(axis)
@@ -130,15 +165,17 @@ def make_math() -> SimpleNamespace:
     m.stack = lambda xs, axis=0: torch.stack([_t(x) for x in xs], dim=axis)
     m.where = lambda c, a, b: torch.where(_t(c).bool(), _t(a), _t(b))
     m.clip = lambda x, lo=None, hi=None: torch.clamp(_t(x), lo, hi)
-    m.zeros = lambda shape: torch.zeros(shape)
-    m.ones = lambda shape: torch.ones(shape)
-    m.full = lambda shape, value: torch.full(
-        tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape, value
+    m.zeros = _constant(lambda shape: torch.zeros(shape))
+    m.ones = _constant(lambda shape: torch.ones(shape))
+    m.full = _constant(
+        lambda shape, value: torch.full(
+            tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape, value
+        )
     )
     m.zeros_like = torch.zeros_like
     m.ones_like = torch.ones_like
-    m.arange = torch.arange
-    m.eye = torch.eye
+    m.arange = _constant(torch.arange)
+    m.eye = _constant(torch.eye)
     m.diag = lambda x: torch.diag(_t(x))
     m.tril = lambda x, k=0: torch.tril(_t(x), k)
     m.cholesky = torch.linalg.cholesky
@@ -146,7 +183,7 @@ def make_math() -> SimpleNamespace:
     m.triangular_solve = lambda a, b, lower=True: torch.linalg.solve_triangular(
         a, b, upper=not lower
     )
-    m.asarray = lambda x: _t(x)
+    m.asarray = _constant(_t)
     m.conv2d = conv2d
     m.max_pool2d = max_pool2d
     m.avg_pool2d = avg_pool2d

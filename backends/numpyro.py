@@ -186,6 +186,11 @@ class NumPyroBackend(BackendBase):
     def biject_to(self, support):
         return _dists.biject_to(support)
 
+    def model_value(self, value, strict: bool):
+        """``value`` itself: JAX arrays mix with NumPy values, and ``jax.jit`` refuses to turn
+        a traced value into a Python value (the core reports that error by site)."""
+        return value
+
     def observed_value(self, spec, value):
         """Valid observed values of any numeric dtype, in the dtype ``spec``'s family needs."""
         return _dists.observed_value(

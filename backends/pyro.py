@@ -20,6 +20,7 @@ from torch.distributions import constraints as tc
 
 from ..errors import BackendError, DataError
 from . import _pyro_dists as _dists
+from . import _torch_values as _values
 from ._torch_loop import compile_loop
 from ._torch_math import make_math
 from ._torch_optimizer import build_optimizer
@@ -151,7 +152,7 @@ class PyroBackend(BackendBase):
 
     def to_numpy(self, value):
         if isinstance(value, Tensor):
-            return value.detach().cpu().numpy()
+            return _values.plain(value).detach().cpu().numpy()
         return np.asarray(value)
 
     def is_array(self, value) -> bool:
@@ -168,6 +169,12 @@ class PyroBackend(BackendBase):
     def bounds_checked(self, fn):
         return fn  # torch's indexing raises IndexError out of bounds
 
+    def model_value(self, value, strict: bool):
+        """A :class:`~._torch_values.ModelTensor` alias of a tensor: NumPy values mix with it on
+        either side of an operator; ``strict``: a ``StrictTensor``, which refuses to become a
+        Python value while the model runs (a traced step would freeze it)."""
+        return _values.model_value(value, strict)
+
     # -- distributions -------------------------------------------------------------------------
     def distribution(self, spec):
         return _dists.native_distribution(spec, self.asarray)
@@ -180,7 +187,7 @@ class PyroBackend(BackendBase):
 
     def observed_value(self, spec, value):
         """Valid observed values of any numeric dtype, in the dtype ``spec``'s family needs."""
-        return _dists.observed_value(spec, value, self.float_dtype)
+        return _dists.observed_value(spec, _values.plain(value), self.float_dtype)
 
     # -- autodiff, vectorisation, loops ----------------------------------------------------------
     def value_and_grad(self, fn, has_aux: bool = False):
@@ -215,7 +222,8 @@ class PyroBackend(BackendBase):
     def trace(self, fn, example_args):
         """``fn`` traced once at ``example_args`` (``make_fx``, then TorchScript), so a step skips
         the Python walk of the model; checked against ``fn`` there, ``fn`` itself (with a
-        warning) where tracing fails or disagrees (Python control flow on values)."""
+        warning) where tracing fails or disagrees. (Python control flow on values, which a trace
+        would freeze, is refused before, by the validating run's ``StrictTensor`` values.)"""
         return trace_or_eager(self, fn, example_args)
 
     def compile_loop(self, step, emit):

@@ -151,6 +151,15 @@ class Arrays(Protocol):
         says "out of bounds" (used once per fit, to validate a model's data)."""
         ...
 
+    def model_value(self, value: Any, strict: bool) -> Any:
+        """``value`` (an array of this backend, or anything else) as a model's code gets it: an
+        array that NumPy values mix with on either side of an operator (``np.log(w) - mu``),
+        as JAX arrays do. ``strict`` (the validating run): one that also refuses to become a
+        Python bool, number or NumPy array while the model runs, raising
+        :class:`~ppl_bdl.model_errors.ValueConversionError` (on a backend whose traced steps
+        would freeze such a value rather than refuse it)."""
+        ...
+
 
 @runtime_checkable
 class Autodiff(Protocol):

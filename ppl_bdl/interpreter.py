@@ -7,6 +7,10 @@ uniformly in the unconstrained space to initialise a sampler). With ``record=Tru
 site (value, native distribution, shape, pointwise log-likelihood) for setup, ArviZ and prediction.
 With ``validate=True`` it checks everything a user can get wrong, naming the site; the hot loops run
 with it off.
+
+The model's code gets every value (latent, observed, param, a plate's indices) as the backend's
+``model_value``: an array that NumPy values mix with, which in the validating run also refuses to
+become a Python value (``if mu > 0:``). The evaluator itself keeps the backend's plain arrays.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class Evaluator(Runtime):
         self.missing = missing
         self.predictive = predictive
         self.validate = validate
+        self.strict_values = validate
         self.record = record
         self.log_joint: Any = 0.0
         self.sites: dict[str, SiteRecord] = {}
@@ -133,7 +138,7 @@ class Evaluator(Runtime):
             # Excluded real-valued latent in a hot loop: its value is u and nothing else is
             # needed, so skip building the native distribution (a closed-form KL handles it).
             self._refuse_subsampled_latent(msg)
-            msg.value = self.unconstrained[msg.name]
+            msg.value = be.model_value(self.unconstrained[msg.name], self.strict_values)
             return
         native = be.distribution(spec)
         observed = msg.obs is not None and not self.predictive
@@ -142,6 +147,8 @@ class Evaluator(Runtime):
             value = msg.obs
             if self.validate:
                 value = self._check_obs(msg, value, shape)
+            elif not be.is_array(value):  # a Python number or NumPy constant in the model
+                value = be.asarray(value)
             value = be.observed_value(spec, value)
         elif msg.name in self.unconstrained:
             self._refuse_subsampled_latent(msg)
@@ -161,7 +168,7 @@ class Evaluator(Runtime):
             value = self._draw(
                 msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None
             )
-        msg.value = value
+        msg.value = be.model_value(value, self.strict_values)
         if msg.name in self.exclude and not self.record:
             return
         log_prob = native.log_prob(value)
@@ -185,7 +192,7 @@ class Evaluator(Runtime):
         value = self.params.get(msg.name)
         if value is None:
             value = self.backend.asarray(msg.fn)
-        msg.value = value
+        msg.value = self.backend.model_value(value, self.strict_values)
         if self.record:
             self.sites[msg.name] = SiteRecord(
                 msg.name, "param", value, constraint=msg.kwargs["constraint"]
@@ -221,7 +228,7 @@ class Evaluator(Runtime):
             frame.batch_size = int(indices.shape[0])
             frame.scale = frame.size / frame.batch_size
         frame.indices = indices
-        yield indices
+        yield self.backend.model_value(indices, self.strict_values)
 
     # -- helpers ----------------------------------------------------------------------------
     def _draw(self, msg: Message, native, shape: SiteShape, observed_site: bool):

@@ -111,18 +111,32 @@ class BoundModel:
         """Run the model function under ``runtime`` (a :class:`~ppl_bdl.runtime.Runtime`), on the
         bound data or on ``data`` (``(args, kwargs)`` of the same structure).
 
-        A shape error of the array library raised while the model runs comes back as a
+        The model's code gets the data's arrays as the backend's ``model_value`` (arrays that
+        mix with NumPy values on either side of an operator; in a validating run, ones that refuse
+        to become Python values). A shape error of the array library raised while the model runs,
+        or a model value used as a Python value (``if mu > 0:``), comes back as a
         :class:`~ppl_bdl.errors.ModelError` naming the model, the site being computed and the
         line of the model (:mod:`ppl_bdl.model_errors`); the original is its ``__cause__``.
         """
-        args, kwargs = self.data_for(runtime.backend) if data is None else data
+        be = runtime.backend
+        data = self.data_for(be) if data is None else data
+        args, kwargs = _map_arrays(
+            data, be.is_array, lambda a: be.model_value(a, runtime.strict_values)
+        )
         runtime.current_site = runtime.last_site = None
         with runtime:
             try:
                 return self.model.fn(*args, **kwargs)
             except (TypeError, ValueError, RuntimeError, IndexError) as err:
-                from .model_errors import is_shape_error, shape_error
+                from .model_errors import (
+                    conversion_error,
+                    is_conversion_error,
+                    is_shape_error,
+                    shape_error,
+                )
 
+                if is_conversion_error(err):
+                    raise conversion_error(self.model, runtime, err) from err
                 if not is_shape_error(err):
                     raise
                 raise shape_error(self.model, runtime, err) from err
@@ -178,6 +192,17 @@ def _split(value: Any, is_array, arrays: list) -> Any:
         return type(value)(_split(v, is_array, arrays) for v in value)
     if isinstance(value, dict):
         return {k: _split(v, is_array, arrays) for k, v in value.items()}
+    return value
+
+
+def _map_arrays(value: Any, is_array, fn) -> Any:
+    """``value`` (args and kwargs of a model) with ``fn`` applied to each array in it."""
+    if is_array(value):
+        return fn(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_map_arrays(v, is_array, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: _map_arrays(v, is_array, fn) for k, v in value.items()}
     return value
 
 

@@ -1,4 +1,7 @@
-"""Shape errors raised inside a model, re-raised as a ModelError that says where they happened.
+"""Errors raised inside a model, re-raised as a ModelError that says where they happened.
+
+Two kinds: shape errors of the array library, and a model value used as a Python value
+(:func:`conversion_error`). First, shape errors.
 
 A shape mismatch in a model surfaces from the array library with no site in sight
 (``dot_general requires contracting dimensions to have the same shape``, ``mat1 and mat2 shapes
@@ -68,6 +71,17 @@ def is_shape_error(err: BaseException) -> bool:
 
 def shape_error(model: Any, runtime: Any, err: BaseException) -> ModelError:
     """The ModelError for shape error ``err`` raised while ``model`` ran under ``runtime``."""
+    text = _located(model, runtime, err, "a shape error")
+    first = str(err).strip().split("\n--------------------")[0]  # JAX's traceback note
+    text += (
+        f"\n{type(err).__name__}: {first}\nCheck the shapes on that line: a site's shape= and "
+        "plates, and the data's shapes, must agree (print x.shape inside the model to see them)."
+    )
+    return ModelError(text)
+
+
+def _located(model: Any, runtime: Any, err: BaseException, what: str) -> str:
+    """``model 'm': <what> <where>, at <file>:<line>:\n    <source line>``."""
     frame = _model_frame(err, getattr(getattr(model, "fn", None), "__code__", None))
     entered, done = runtime.current_site, runtime.last_site
     site = None
@@ -81,15 +95,53 @@ def shape_error(model: Any, runtime: Any, err: BaseException) -> ModelError:
             where = f"after site {done!r} (the last site computed), before the next site"
         else:
             where = "before the first site"
-    text = f"model {getattr(model, 'name', '?')!r}: a shape error {where}"
+    text = f"model {getattr(model, 'name', '?')!r}: {what} {where}"
     if frame is not None:
         text += f", at {frame.filename}:{frame.lineno}"
         if frame.line:
             text += f":\n    {frame.line.strip()}"
-    first = str(err).strip().split("\n--------------------")[0]  # JAX's traceback note
+    return text
+
+
+# -- a model value used as a Python value ----------------------------------------------------------
+class ValueConversionError(TypeError):
+    """Raised by a backend when the model's code turns a model value into a Python bool, number
+    or NumPy array in a validating run (on torch, where a traced step would otherwise freeze
+    the outcome); :meth:`BoundModel.run_with <ppl_bdl.model.BoundModel.run_with>` turns it into
+    the ModelError of :func:`conversion_error`."""
+
+
+#: The array libraries' errors for the same mistake under a trace (JAX's, by class name), and
+#: NumPy's for a ufunc applied to an array that opts out of them (``__array_ufunc__ = None``).
+_CONVERSION_CLASSES = frozenset({
+    "ConcretizationTypeError", "TracerBoolConversionError", "TracerIntegerConversionError",
+    "TracerArrayConversionError",
+})  # fmt: skip
+_NO_UFUNCS = re.compile(r"does not support ufuncs")
+
+
+def is_conversion_error(err: BaseException) -> bool:
+    """Whether ``err`` says a model value was used as a Python bool, number or NumPy array."""
+    if isinstance(err, ValueConversionError):
+        return True
+    if any(cls.__name__ in _CONVERSION_CLASSES for cls in type(err).__mro__):
+        return True
+    return isinstance(err, TypeError) and bool(_NO_UFUNCS.search(str(err)))
+
+
+def conversion_error(model: Any, runtime: Any, err: BaseException) -> ModelError:
+    """The ModelError for a model value used as a Python value (``if mu > 0:``): the same text
+    on every backend."""
+    text = _located(model, runtime, err, "a model value is used as a Python value")
     text += (
-        f"\n{type(err).__name__}: {first}\nCheck the shapes on that line: a site's shape= and "
-        "plates, and the data's shapes, must agree (print x.shape inside the model to see them)."
+        "\nThe latent sites' values, the data, a plate's indices and everything computed from them "
+        "are arrays that a fit traces once for all their values: Python cannot branch on them "
+        "(`if`, `while`, `and`/`or`), turn them into Python numbers (`float(x)`, `int(x)`, "
+        "`x.item()`) or NumPy arrays (`np.exp(x)`, a NumPy array indexed with a plate's indices). "
+        "Instead: choose between values with ppl_bdl.math.where (`math.where(mu > 0, a, b)`); "
+        "mask terms of the log density (multiply by a 0/1 mask, or math.where inside a factor); "
+        "sum a discrete choice out (enumeration: math.logsumexp over its values, in a factor); "
+        "compute with ppl_bdl.math instead of NumPy, and bind NumPy arrays as the model's data."
     )
     return ModelError(text)
 

@@ -101,6 +101,9 @@ class Runtime(Handler):
     #: Whether primitives and distributions check their input in this run (a run that skips the
     #: checks only ever follows a validating run of the same model).
     validate = True
+    #: Whether the model's code gets values that refuse to become Python values (``if mu > 0``,
+    #: ``float(mu)``) where the backend can tell (the validating run; see ``model_value``).
+    strict_values = False
     #: The site whose primitive was entered last, and the last one that returned (the same name
     #: between sites; different while a primitive is running).
     current_site: str | None = None

@@ -32,8 +32,8 @@ BACKENDS = bdl.backends.available()
 NUTS = dict(num_warmup=20, num_samples=20, num_chains=1, max_tree_depth=4)
 VI = dict(guide="meanfield", num_steps=20, num_samples=20)
 #: Seeds of the default suite, picked (for the generator as written) to be quick and to spread:
-#: a DistributionError (1), a ModelError (9), a known bug on NumPyro and a fit on Pyro (13), fits
-#: in 2, 1 and 0 plates (14, 33, 54), a DataError (65). A change to the generator changes what a
+#: a DistributionError (1), a ModelError (9), a Python-list parameter (13), fits in 2, 1 and 0
+#: plates (14, 33, 54), a DataError (65). A change to the generator changes what a
 #: seed makes: pick them again from a run of the slow seeds.
 DEFAULT_SEEDS = (1, 9, 13, 14, 33, 54, 65)
 SLOW_SEEDS = tuple(s for s in range(56) if s not in DEFAULT_SEEDS)
@@ -358,12 +358,7 @@ def run_case(seed: int, backend: str) -> tuple[list[str], list[str]]:
 
 #: Bugs the fuzzer found outside this test, reported to the lead with a reproducer: a run that
 #: fails only with these (message pattern -> what is wrong) is an expected failure until fixed.
-KNOWN_BUGS = {
-    r"'float' object has no attribute '\w+'|expected Tensor as element \d+ in argument \d+, "
-    r"but got float|invalid combination of arguments - got \(.*float": (
-        "a Python-number observed value reaches torch unconverted in the hot loop on Pyro"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _check(seed: int, backend: str) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DistributionError
-from ..runtime import active_backend
+from ..runtime import active_backend, current_runtime
 
 
 def _leaves(spec) -> list[Any]:
@@ -49,6 +49,13 @@ def _outside_backend(spec, *values):
     return backends.get(backends.default_name(), "float64"), False
 
 
+def _in_model(backend, out):
+    """``out`` as the backend's ``model_value`` inside a model run (so NumPy values mix with it
+    as with the model's other values), as it is elsewhere."""
+    runtime = current_runtime()
+    return out if runtime is None else backend.model_value(out, runtime.strict_values)
+
+
 def _log_prob_on(backend, spec, value):
     native = backend.distribution(spec)
     if not backend.is_array(value):
@@ -61,7 +68,7 @@ def log_prob(spec, value: Any) -> Any:
     spec.raise_if_invalid()
     backend = active_backend()
     if backend is not None:
-        return _log_prob_on(backend, spec, value)
+        return _in_model(backend, _log_prob_on(backend, spec, value))
     backend, owned = _outside_backend(spec, value)
     with backend.scope(), backend.activate(), warnings.catch_warnings():
         # Out-of-support points get -inf below; a native warning about them says nothing more.
@@ -113,7 +120,7 @@ def sample(spec, key: Any, sample_shape=()) -> Any:
         )
     backend = active_backend()
     if backend is not None:
-        return _sample_on(backend, spec, key, shape)
+        return _in_model(backend, _sample_on(backend, spec, key, shape))
     if isinstance(key, int | np.integer):
         backend, _ = _outside_backend(spec)
     else:

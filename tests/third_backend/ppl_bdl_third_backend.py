@@ -71,6 +71,9 @@ class DelegateBackend(BackendBase):
     def biject_to(self, support):
         return dists.biject_to(support)
 
+    def model_value(self, value, strict: bool):
+        return value
+
     def observed_value(self, spec, value):
         return dists.observed_value(spec, value, self._ref.int_dtype)
 
