@@ -27,6 +27,7 @@ from .errors import (
     ModelError,
     PPLError,
 )
+from .control_flow import scan
 from .fit import fit
 from .guides.custom import guide
 from .model import BoundModel, Model, model
@@ -66,4 +67,5 @@ __all__ = [
     "prior_predictive",
     "random",
     "sample",
+    "scan",
 ]

@@ -92,18 +92,18 @@ def scan(
         raise ModelError(f"bdl.scan: f must be a function (carry, x) -> (carry, y), got {f!r}.")
     if not isinstance(name, str) or not name:
         raise ModelError(f"bdl.scan: name must be a non-empty string, got {name!r}.")
-    be = runtime.backend
-    if xs is not None:
-        xs = _tree_to_backend(xs, be)
-    steps = _length(xs, length, be)
+    # NumPy arrays in xs stay NumPy in loops the core runs: a step's slice is then a constant,
+    # which may index data even where the loop is traced (torch).
+    steps = _length(xs, length)
     return runtime.scan(f, init, xs, steps, name)
 
 
-def _tree_to_backend(xs: Any, be) -> Any:
+def tree_to_backend(xs: Any, be) -> Any:
+    """``xs`` with its NumPy arrays as ``be`` arrays."""
     if isinstance(xs, dict):
-        return {k: _tree_to_backend(v, be) for k, v in xs.items()}
+        return {k: tree_to_backend(v, be) for k, v in xs.items()}
     if isinstance(xs, tuple | list):
-        return type(xs)(_tree_to_backend(v, be) for v in xs)
+        return type(xs)(tree_to_backend(v, be) for v in xs)
     if xs is None or be.is_array(xs):
         return xs
     return be.asarray(np.asarray(xs))
@@ -117,9 +117,12 @@ def _leaves(tree: Any) -> list:
     return [] if tree is None else [tree]
 
 
-def _length(xs: Any, length: int | None, be) -> int:
-    sizes = {int(leaf.shape[0]) for leaf in _leaves(xs) if len(leaf.shape) > 0}
-    if any(len(leaf.shape) == 0 for leaf in _leaves(xs)):
+def _length(xs: Any, length: int | None) -> int:
+    leaves = _leaves(xs)
+    if any(not hasattr(leaf, "shape") for leaf in leaves):
+        raise ModelError("bdl.scan: xs must hold arrays (NumPy or the backend's), with a time axis.")
+    sizes = {int(leaf.shape[0]) for leaf in leaves if len(leaf.shape) > 0}
+    if any(len(leaf.shape) == 0 for leaf in leaves):
         raise ModelError("bdl.scan: every array in xs needs a leading (time) axis; got a scalar.")
     if len(sizes) > 1:
         raise ModelError(f"bdl.scan: the arrays in xs have different lengths {sorted(sizes)}.")
@@ -134,9 +137,13 @@ def _length(xs: Any, length: int | None, be) -> int:
     return sizes.pop()
 
 
-def index_tree(be, tree: Any, t: int) -> Any:
+def index_tree(tree: Any, t: int) -> Any:
     """Step ``t``'s slice of every array in ``tree``."""
-    return None if tree is None else be.tree_map(lambda a: a[t], tree)
+    if isinstance(tree, dict):
+        return {k: index_tree(v, t) for k, v in tree.items()}
+    if isinstance(tree, tuple | list):
+        return type(tree)(index_tree(v, t) for v in tree)
+    return None if tree is None else tree[t]
 
 
 def stack_outputs(be, ys: list) -> Any:
@@ -151,7 +158,7 @@ def python_loop(be, f, init, xs, length: int, step: Callable[[int], Any]):
     carry, ys = init, []
     for t in range(length):
         with step(t):
-            out = f(carry, index_tree(be, xs, t))
+            out = f(carry, index_tree(xs, t))
         if not (isinstance(out, tuple) and len(out) == 2):
             raise ModelError(
                 "bdl.scan: the step function must return a pair (carry, y) (y may be None), got "

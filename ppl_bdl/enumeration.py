@@ -96,6 +96,9 @@ class Enumeration:
         self.template, self.exclude = template, frozenset(exclude)
         self.discrete = discrete_latents(sites)
         self.nesting = max_plate_nesting(sites)
+        # Compiled once: the backends' samplers also call the potential outside their compiled
+        # loops (NumPyro's initial step size), where an enumerated scan run op by op is slow.
+        self._log_density = backend.jit(self._marginal)
 
     def _native(self, data, jacobian: bool, unroll: bool | None):
         from .lowering import Lowering
@@ -112,7 +115,10 @@ class Enumeration:
 
     def log_density(self, unconstrained: dict, data: list, params: dict | None):
         """log Σ_z p(θ, z, D) + log|J| at unconstrained values θ of the continuous sites."""
-        inputs = {"latent": unconstrained, "params": dict(params or {})}
+        return self._log_density(unconstrained, data, dict(params or {}))
+
+    def _marginal(self, unconstrained: dict, data: list, params: dict):
+        inputs = {"latent": unconstrained, "params": params}
         native = self._native(data, jacobian=True, unroll=None)
         return self.backend.enumerated_log_density(native, inputs, self.nesting)
 

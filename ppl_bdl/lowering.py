@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .control_flow import no_nesting, python_loop
+from .control_flow import no_nesting, python_loop, tree_to_backend
 from .errors import ModelError
 from .runtime import Message, PlateFrame, Runtime
 from .sites import SiteShape, plate_batch_shape, site_shape
@@ -159,6 +159,7 @@ class Lowering(Runtime):
                     x, self._step_values = packed
                     return f(carry, x)
 
+                xs = tree_to_backend(xs, be)
                 return be.native.scan(body, init, (xs, inside), length)
             steps = iter(be.native.markov(range(length)))
 
@@ -169,9 +170,9 @@ class Lowering(Runtime):
                 self._step_values = {site: value[t] for site, value in inside.items()}
                 yield
 
-            result = python_loop(be, f, init, xs, length, step)
-            for _ in steps:  # pragma: no cover - exhausts the iterator: leaves its contexts
-                pass
-            return result
+            try:
+                return python_loop(be, f, init, xs, length, step)
+            finally:
+                steps.close()  # leaves every step's markov context
         finally:
             self._in_scan, self._suffix, self._step_values = False, "", None
