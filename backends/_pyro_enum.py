@@ -31,7 +31,9 @@ class _MarginalLogDensity(torch.autograd.Function):
             leaves = [t.clone() if t.requires_grad else t.clone().requires_grad_() for t in tensors]
             value = fn(*leaves)
             grads = torch.autograd.grad(value, leaves, allow_unused=True)
-        grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves))
+        grads = tuple(
+            torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves, strict=True)
+        )
         return value, grads
 
     @staticmethod

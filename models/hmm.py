@@ -59,5 +59,5 @@ def simulate(num_steps: int, trans, locs, scale: float, seed: int = 0):
 
 def examples() -> dict[str, Any]:
     """A short HMM for the conformance suite."""
-    _, y = simulate(8, [[0.9, 0.1], [0.2, 0.8]], [-1.0, 1.0], 0.5, seed=1)
+    _, y = simulate(6, [[0.9, 0.1], [0.2, 0.8]], [-1.0, 1.0], 0.5, seed=1)
     return {"gaussian_hmm": gaussian_hmm(y, np.array([-1.0, 1.0]))}

@@ -50,5 +50,5 @@ def simulate(num_points: int, weights, locs, scale: float, seed: int = 0) -> np.
 
 def examples() -> dict[str, Any]:
     """A small mixture for the conformance suite."""
-    y = simulate(20, [0.5, 0.5], [-2.0, 2.0], 0.7, seed=3)
+    y = simulate(10, [0.5, 0.5], [-2.0, 2.0], 0.7, seed=3)
     return {"gaussian_mixture": gaussian_mixture(y, np.array([-2.0, 2.0]))}

@@ -90,8 +90,8 @@ def simulate_volatility(num_steps: int, mu: float, phi: float, sigma: float, see
 def examples() -> dict[str, Any]:
     """Short series for the conformance suite."""
     return {
-        "ar_k": ar_k(simulate_ar(30, 0.0, [0.5, -0.2], 0.1, seed=0), 2),
+        "ar_k": ar_k(simulate_ar(14, 0.0, [0.5, -0.2], 0.1, seed=0), 2),
         "stochastic_volatility": stochastic_volatility(
-            simulate_volatility(20, -1.0, 0.9, 0.3, seed=0)
+            simulate_volatility(10, -1.0, 0.9, 0.3, seed=0)
         ),
     }

@@ -18,6 +18,7 @@ Example
 """
 
 from . import backends, dist, guides, kernels, math, nn, random
+from .control_flow import scan
 from .errors import (
     BackendError,
     ConfigError,
@@ -27,7 +28,6 @@ from .errors import (
     ModelError,
     PPLError,
 )
-from .control_flow import scan
 from .fit import fit
 from .guides.custom import guide
 from .model import BoundModel, Model, model

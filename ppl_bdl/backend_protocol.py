@@ -104,6 +104,7 @@ class RandomKeys(Protocol):
         """The keys of steps ``start`` .. ``start + num - 1`` of a chain with key ``key``,
         indexable along the first axis; the same whatever the chunks a run is cut into."""
         ...
+
     def normal(self, key: Key, shape: tuple[int, ...]) -> Array: ...
     def uniform(self, key: Key, shape: tuple[int, ...], low: float, high: float) -> Array: ...
     def draw(self, key: Key, native: Any, reparameterized: bool = False) -> Array: ...
@@ -121,6 +122,7 @@ class NativePrimitives(Protocol):
         """The native sample site; ``enumerate`` marks a latent discrete site for parallel
         enumeration (``infer={"enumerate": "parallel"}``)."""
         ...
+
     def param(self, name: str, init: Array, constraint: str) -> Array: ...
     def deterministic(self, name: str, value: Array) -> Array: ...
     def factor(self, name: str, log_weight: Array) -> None: ...
@@ -270,7 +272,14 @@ class Modules(Protocol):
 
 @runtime_checkable
 class Backend(
-    Arrays, Autodiff, Distributions, Optimizers, NativeSamplers, Enumeration, Devices, Modules,
+    Arrays,
+    Autodiff,
+    Distributions,
+    Optimizers,
+    NativeSamplers,
+    Enumeration,
+    Devices,
+    Modules,
     Protocol,
 ):
     """Everything the core needs from a backend."""

@@ -120,7 +120,9 @@ def _leaves(tree: Any) -> list:
 def _length(xs: Any, length: int | None) -> int:
     leaves = _leaves(xs)
     if any(not hasattr(leaf, "shape") for leaf in leaves):
-        raise ModelError("bdl.scan: xs must hold arrays (NumPy or the backend's), with a time axis.")
+        raise ModelError(
+            "bdl.scan: xs must hold arrays (NumPy or the backend's), with a time axis."
+        )
     sizes = {int(leaf.shape[0]) for leaf in leaves if len(leaf.shape) > 0}
     if any(len(leaf.shape) == 0 for leaf in leaves):
         raise ModelError("bdl.scan: every array in xs needs a leading (time) axis; got a scalar.")

@@ -202,9 +202,7 @@ class Evaluator(Runtime):
 
     def _deterministic(self, msg: Message) -> None:
         if self.record:
-            self._record(
-                SiteRecord(msg.name, "deterministic", msg.value, plates=tuple(msg.plates))
-            )
+            self._record(SiteRecord(msg.name, "deterministic", msg.value, plates=tuple(msg.plates)))
 
     def _factor(self, msg: Message) -> None:
         be = self.backend

@@ -183,7 +183,9 @@ class _Replayer:
         be = self.setup.backend
         chains, draws, dim = flat.shape
         rows = flat.reshape(chains * draws, dim)
-        discrete = {k: v.reshape((chains * draws,) + v.shape[2:]) for k, v in (discrete or {}).items()}
+        discrete = {
+            k: v.reshape((chains * draws,) + v.shape[2:]) for k, v in (discrete or {}).items()
+        }
         size = min(self.chunk, len(rows))
         with be.scope(), be.activate():
             if log_likelihood not in self._compiled:
