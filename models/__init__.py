@@ -12,7 +12,7 @@ Example
 -------
 >>> from ppl_bdl import models
 >>> sorted(models.examples())[:3]
-['arK', 'bnn_classification', 'bnn_regression']
+['arK', 'ar_k', 'bnn_classification']
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ Example
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.models import hmm
 >>> y = np.array([-1.1, -0.8, -1.2, 1.0, 0.9, 1.3])
->>> post = bdl.fit(hmm.gaussian_hmm(y, np.array([-1.0, 1.0])), backend="numpyro",
-...                num_warmup=100, num_samples=50, num_chains=1, progress=False)
->>> post.samples["z"].shape
-(1, 50, 6)
+>>> from ppl_bdl.layout import trace_model
+>>> sites = trace_model(hmm.gaussian_hmm(y, np.array([-1.0, 1.0])), bdl.backends.get("numpyro"))
+>>> sites["z"].value.shape, sites["trans"].value.shape   # one state per step; K x K
+((6,), (2, 2))
 """
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ Example
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.models import mixture
 >>> y = np.array([-2.1, -1.9, -2.3, 2.0, 2.2])
->>> post = bdl.fit(mixture.gaussian_mixture(y, np.array([-2.0, 2.0])), backend="numpyro",
-...                num_warmup=100, num_samples=50, num_chains=1, progress=False)
->>> post.samples["z"].shape
-(1, 50, 5)
+>>> bound = mixture.gaussian_mixture(y, np.array([-2.0, 2.0]))
+>>> from ppl_bdl.inference.common import prepare
+>>> setup = prepare(bound, "numpyro", "float32", seed=0)
+>>> setup.layout.names, setup.layout.discrete   # z is summed out, then drawn after the fit
+(['weights', 'locs', 'scale'], ['z'])
 """
 
 from __future__ import annotations

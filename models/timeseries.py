@@ -12,10 +12,10 @@ Example
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.models import timeseries
 >>> y = timeseries.simulate_volatility(30, mu=-1.0, phi=0.9, sigma=0.3, seed=0)
->>> post = bdl.fit(timeseries.stochastic_volatility(y), backend="numpyro", num_warmup=100,
-...                num_samples=50, num_chains=1, progress=False)
->>> post.samples["h"].shape
-(1, 50, 30)
+>>> from ppl_bdl.layout import trace_model
+>>> sites = trace_model(timeseries.stochastic_volatility(y), bdl.backends.get("numpyro"))
+>>> sites["h_std"].value.shape, sites["h"].value.shape   # a log-volatility per step
+((30,), (30,))
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ Example
 ...         bdl.sample("y", dist.Normal(prev, sigma), obs=y_t)
 ...         return y_t, None
 ...     bdl.scan(step, 0.0, y)
->>> post = bdl.fit(random_walk(np.array([0.1, 0.3, 0.2])), backend="numpyro", num_warmup=50,
-...                num_samples=20, num_chains=1, progress=False)
->>> post.log_likelihood["y"].shape   # one stacked site: (chain, draw, time)
-(1, 20, 3)
+>>> from ppl_bdl.layout import trace_model
+>>> sites = trace_model(random_walk(np.array([0.1, 0.3, 0.2])), bdl.backends.get("numpyro"))
+>>> sites["y"].value.shape, sites["y"].log_prob.shape   # one stacked site
+((3,), (3,))
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ Example
 ...         z = bdl.sample("z", dist.Categorical(probs=np.array([0.6, 0.4])))
 ...         bdl.sample("y", dist.Normal(mu[z], 1.0), obs=y[idx])
 >>> y = np.array([-3.2, -2.5, 2.9, 3.4])
->>> post = bdl.fit(mixture(y), backend="numpyro", num_warmup=100, num_samples=50, num_chains=1,
+>>> post = bdl.fit(mixture(y), backend="numpyro", num_warmup=20, num_samples=10, num_chains=1,
 ...                progress=False)
 >>> post.samples["z"].shape, post.samples["mu"].shape
-((1, 50, 4), (1, 50, 2))
+((1, 10, 4), (1, 10, 2))
 """
 
 from __future__ import annotations
