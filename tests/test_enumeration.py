@@ -241,3 +241,12 @@ def test_minibatches_are_refused_with_discrete_latents():
     with pytest.raises(ConfigError, match="takes no minibatches. Fit without batch_size"):
         bdl.fit(mixture(Y, WEIGHTS), backend="numpyro", method="sgld", batch_size=3,
                 num_warmup=5, num_samples=5, progress=False)  # fmt: skip
+
+
+def test_prediction_at_new_points_draws_their_assignments_from_the_prior():
+    post = bdl.fit(conjugate_mixture(CONJ_Y), backend="numpyro", num_warmup=50, num_samples=20,
+                   num_chains=1, progress=False, seed=0)  # fmt: skip
+    at_training = post.predict(conjugate_mixture(CONJ_Y), seed=1)
+    assert at_training.draws["y"].shape == (20, len(CONJ_Y))
+    new = post.predict(conjugate_mixture(np.array([0.0, 1.0, 2.0])), seed=1)
+    assert new.draws["z"].shape == (20, 3) and new.draws["y"].shape == (20, 3)
