@@ -250,3 +250,22 @@ def test_prediction_at_new_points_draws_their_assignments_from_the_prior():
     assert at_training.draws["y"].shape == (20, len(CONJ_Y))
     new = post.predict(conjugate_mixture(np.array([0.0, 1.0, 2.0])), seed=1)
     assert new.draws["z"].shape == (20, 3) and new.draws["y"].shape == (20, 3)
+
+
+def test_lowered_models_mark_discrete_sites_for_the_backends_own_nuts():
+    import jax
+    import numpyro
+
+    native = conjugate_mixture(CONJ_Y).lower("numpyro")
+    mcmc = numpyro.infer.MCMC(numpyro.infer.NUTS(native), num_warmup=300, num_samples=1000,
+                              progress_bar=False)  # fmt: skip
+    mcmc.run(jax.random.PRNGKey(0))
+    locs = np.asarray(mcmc.get_samples()["locs"])
+    exact_locs, _ = _exact_posterior()
+    mcse = locs.std(axis=0) / np.sqrt([float(az.ess(locs[None, :, k])) for k in range(2)])
+    np.testing.assert_array_less(np.abs(locs.mean(axis=0) - exact_locs), 4 * mcse)
+
+    from pyro import poutine
+
+    trace = poutine.trace(conjugate_mixture(CONJ_Y).lower("pyro")).get_trace()
+    assert trace.nodes["z"]["infer"] == {"enumerate": "parallel"}
