@@ -67,7 +67,7 @@ def _fold_in_steps(key, steps):
 class _Native:
     """The native primitives a lowered model calls."""
 
-    sample = staticmethod(lambda name, fn, obs: numpyro.sample(name, fn, obs=obs))
+    compiled_scan = True
     deterministic = staticmethod(numpyro.deterministic)
     factor = staticmethod(numpyro.factor)
 
@@ -80,6 +80,23 @@ class _Native:
     def plate(name, size, dim):
         with numpyro.plate(name, size, dim=dim) as idx:
             yield idx
+
+    @staticmethod
+    def sample(name, fn, obs, enumerate=False):
+        infer = {"enumerate": "parallel"} if enumerate else None
+        return numpyro.sample(name, fn, obs=obs, infer=infer)
+
+    @staticmethod
+    def scan(fn, init, xs, length):
+        from ._numpyro_enum import scan
+
+        return scan(fn, init, xs, length)
+
+    @staticmethod
+    def markov(steps):
+        from ._numpyro_enum import markov
+
+        return markov(steps)
 
 
 class NumPyroBackend(BackendBase):
@@ -231,6 +248,19 @@ class NumPyroBackend(BackendBase):
         from ._numpyro_mcmc import NumPyroSGMCMC
 
         return NumPyroSGMCMC(spec)
+
+    # -- enumeration -----------------------------------------------------------------------------
+    def enumerated_log_density(self, model, inputs, max_plate_nesting: int):
+        """NumPyro's ``enum`` + funsor ``log_density``: the enumerated sites summed out."""
+        from ._numpyro_enum import enumerated_log_density
+
+        return enumerated_log_density(model, inputs, max_plate_nesting)
+
+    def infer_discrete(self, model, inputs, max_plate_nesting: int, key):
+        """``numpyro.contrib.funsor.infer_discrete``: one draw of the enumerated sites."""
+        from ._numpyro_enum import infer_discrete
+
+        return infer_discrete(model, inputs, max_plate_nesting, key)
 
     # -- modules ---------------------------------------------------------------------------------
     def lift_module(self, module):

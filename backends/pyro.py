@@ -75,7 +75,8 @@ class _Random:
 class _Native:
     """The native primitives a lowered model calls."""
 
-    sample = staticmethod(lambda name, fn, obs: pyro.sample(name, fn, obs=obs))
+    #: Pyro has no compiled scan: ``bdl.scan`` lowers to a loop under :meth:`markov`.
+    compiled_scan = False
     deterministic = staticmethod(pyro.deterministic)
     factor = staticmethod(pyro.factor)
 
@@ -88,6 +89,23 @@ class _Native:
     def plate(name, size, dim):
         with pyro.plate(name, size, dim=dim) as idx:
             yield idx
+
+    @staticmethod
+    def sample(name, fn, obs, enumerate=False):
+        infer = {"enumerate": "parallel"} if enumerate else {}
+        return pyro.sample(name, fn, obs=obs, infer=infer)
+
+    @staticmethod
+    def scan(fn, init, xs, length):
+        raise BackendError(
+            "Pyro has no compiled scan (compiled_scan is False): bdl.scan lowers to a Python "
+            "loop under pyro.markov (Lowering(unroll=True))."
+        )
+
+    @staticmethod
+    def markov(steps):
+        """``pyro.markov`` over ``steps``: each step sees the one before."""
+        return pyro.markov(steps)
 
 
 class PyroBackend(BackendBase):
@@ -243,6 +261,20 @@ class PyroBackend(BackendBase):
         from ._pyro_mcmc import PyroSGMCMC
 
         return PyroSGMCMC(spec)
+
+    # -- enumeration -----------------------------------------------------------------------------
+    def enumerated_log_density(self, model, inputs, max_plate_nesting: int):
+        """``poutine.enum`` and Pyro HMC's einsum evaluator: the enumerated sites summed out
+        (a ``markov`` loop costs the forward algorithm's, not K^T)."""
+        from ._pyro_enum import enumerated_log_density
+
+        return enumerated_log_density(model, inputs, max_plate_nesting)
+
+    def infer_discrete(self, model, inputs, max_plate_nesting: int, key):
+        """``pyro.infer.infer_discrete``: one draw of the enumerated sites."""
+        from ._pyro_enum import infer_discrete
+
+        return infer_discrete(model, inputs, max_plate_nesting, key)
 
     # -- modules ---------------------------------------------------------------------------------
     def lift_module(self, module):

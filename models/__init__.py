@@ -1,5 +1,8 @@
-"""Models written in the DSL: the posteriordb reference posteriors, regression, BNNs, and image
-classifiers (LeNet-5, ResNet-20, the 784-400-400-10 MLP; :mod:`ppl_bdl.models.vision`).
+"""Models written in the DSL: the posteriordb reference posteriors, regression, BNNs, image
+classifiers (LeNet-5, ResNet-20, the 784-400-400-10 MLP; :mod:`ppl_bdl.models.vision`), a
+Gaussian mixture and an HMM with discrete latents summed out (:mod:`~ppl_bdl.models.mixture`,
+:mod:`~ppl_bdl.models.hmm`) and time series written with ``bdl.scan``
+(:mod:`~ppl_bdl.models.timeseries`: AR(K), stochastic volatility).
 
 Installed as ``ppl_bdl.models``. :func:`examples` gives every model bound to small data, which is
 what the conformance suite runs on every backend (the image classifiers are left out: they are too
@@ -9,21 +12,24 @@ Example
 -------
 >>> from ppl_bdl import models
 >>> sorted(models.examples())[:3]
-['arK', 'bnn_classification', 'bnn_regression']
+['arK', 'ar_k', 'bnn_classification']
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import bnn, images, posteriordb, regression, vision
+from . import bnn, hmm, images, mixture, posteriordb, regression, timeseries, vision
 
-__all__ = ["bnn", "examples", "images", "posteriordb", "regression", "vision"]
+__all__ = [
+    "bnn", "examples", "hmm", "images", "mixture", "posteriordb", "regression", "timeseries",
+    "vision",
+]  # fmt: skip
 
 
 def examples() -> dict[str, Any]:
     """Every model in this package bound to small data: name -> bound model."""
     out: dict[str, Any] = {}
-    for module in (posteriordb, regression, bnn):
+    for module in (posteriordb, regression, bnn, mixture, hmm, timeseries):
         out.update(module.examples())
     return out

@@ -18,6 +18,7 @@ Example
 """
 
 from . import backends, dist, guides, kernels, math, nn, random
+from .control_flow import scan
 from .errors import (
     BackendError,
     ConfigError,
@@ -66,4 +67,5 @@ __all__ = [
     "prior_predictive",
     "random",
     "sample",
+    "scan",
 ]

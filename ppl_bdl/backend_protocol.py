@@ -17,6 +17,7 @@ The groups:
 - :class:`Optimizers`: an :class:`Optimizer` (``init``, ``update``) from an
   :class:`~ppl_bdl.optim.OptimizerConfig`, built from the backend's own library.
 - :class:`NativeSamplers`: the backend's NUTS/HMC, and our SG-MCMC kernels as its native kernels.
+- :class:`Enumeration`: discrete latent sites summed out, and drawn from their conditional.
 - :class:`Devices`: where arrays live (``fit(..., device=...)``).
 - :class:`Modules`: a network of the backend's own module library lifted into sample sites.
 
@@ -113,11 +114,29 @@ class RandomKeys(Protocol):
 class NativePrimitives(Protocol):
     """The primitives a model lowered to the backend calls (``pyro.sample``, ...)."""
 
-    def sample(self, name: str, fn: Any, obs: Any) -> Array: ...
+    #: Whether :meth:`scan` is the backend's own loop primitive; where it is not, ``bdl.scan``
+    #: lowers to a Python loop under :meth:`markov` whose step t names its sites ``{name}_{t}``.
+    compiled_scan: bool
+
+    def sample(self, name: str, fn: Any, obs: Any, enumerate: bool = False) -> Array:
+        """The native sample site; ``enumerate`` marks a latent discrete site for parallel
+        enumeration (``infer={"enumerate": "parallel"}``)."""
+        ...
+
     def param(self, name: str, init: Array, constraint: str) -> Array: ...
     def deterministic(self, name: str, value: Array) -> Array: ...
     def factor(self, name: str, log_weight: Array) -> None: ...
     def plate(self, name: str, size: int, dim: int) -> AbstractContextManager: ...
+
+    def scan(self, fn: Callable, init: Any, xs: Any, length: int) -> tuple[Any, Any]:
+        """The backend's scan (``fn(carry, x) -> (carry, y)``), its sites stacked over steps;
+        only called where :attr:`compiled_scan` is true."""
+        ...
+
+    def markov(self, steps: range) -> Any:
+        """An iterable over ``steps`` that enters one nested ``markov`` context per step (each
+        step's sites depend only on the step before): ``pyro.markov(range(T))``."""
+        ...
 
 
 @runtime_checkable
@@ -223,6 +242,27 @@ class NativeSamplers(Protocol):
 
 
 @runtime_checkable
+class Enumeration(Protocol):
+    """Discrete latent sites summed out by the backend's own machinery. ``model(inputs)`` runs a
+    native model (lowered by the core: continuous sites conditioned on values computed from
+    ``inputs``, discrete latent sites marked for enumeration); the first free dimension for
+    enumeration is ``-1 - max_plate_nesting``."""
+
+    def enumerated_log_density(self, model: Callable, inputs: PyTree, max_plate_nesting: int):
+        """log p(inputs, data) with the enumerated sites summed out: a scalar, differentiable
+        in ``inputs`` by :meth:`Autodiff.value_and_grad` and traceable by :meth:`Autodiff.jit`
+        / :meth:`Autodiff.trace`."""
+        ...
+
+    def infer_discrete(
+        self, model: Callable, inputs: PyTree, max_plate_nesting: int, key: Key
+    ) -> dict[str, Array]:
+        """One draw of every enumerated site from its distribution given everything else
+        (Pyro's / NumPyro's ``infer_discrete`` at temperature 1), by native site name."""
+        ...
+
+
+@runtime_checkable
 class Devices(Protocol):
     def on(self, device: str | None) -> Backend:
         """This backend with arrays on ``device`` (None: the backend's default device)."""
@@ -249,6 +289,14 @@ class Modules(Protocol):
 
 @runtime_checkable
 class Backend(
-    Arrays, Autodiff, Distributions, Optimizers, NativeSamplers, Devices, Modules, Protocol
+    Arrays,
+    Autodiff,
+    Distributions,
+    Optimizers,
+    NativeSamplers,
+    Enumeration,
+    Devices,
+    Modules,
+    Protocol,
 ):
     """Everything the core needs from a backend."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .control_flow import StackedNative, no_nesting, python_loop
 from .errors import DataError, ModelError
 from .model import foreign_library
 from .runtime import Message, PlateFrame, Runtime
@@ -105,16 +106,26 @@ class Evaluator(Runtime):
         self.sites: dict[str, SiteRecord] = {}
         #: Every plate entered, by name: its size.
         self.plates_seen: dict[str, int] = {}
-        self._names: set[str] = set()
+        self._names: set = set()
+        #: (scan name, step) while a step of ``bdl.scan`` runs; its sites are recorded per step
+        #: and stacked when the loop ends.
+        self._step: tuple[str, int] | None = None
+        self._step_records: dict[str, list[SiteRecord]] = {}
 
     # -- primitives -------------------------------------------------------------------------
     def run(self, msg: Message) -> None:
-        if msg.name in self._names:
+        key = msg.name if self._step is None else (msg.name, self._step[1])
+        if key in self._names:
             raise ModelError(
                 f"site name {msg.name!r} is used twice in model; every sample/param/deterministic/"
-                "factor site needs its own name (inside a loop, add the index: f'w_{i}')."
+                "factor site needs its own name (inside a loop, add the index: f'w_{i}'; inside "
+                "bdl.scan, one name per site is stacked over the steps)."
             )
-        self._names.add(msg.name)
+        self._names.add(key)
+        if self._step is not None and msg.type == "param":
+            raise ModelError(
+                f"param({msg.name!r}) inside bdl.scan: declare parameters before the loop."
+            )
         if msg.type == "sample":
             self._sample(msg)
         elif msg.type == "param":
@@ -138,7 +149,9 @@ class Evaluator(Runtime):
             # Excluded real-valued latent in a hot loop: its value is u and nothing else is
             # needed, so skip building the native distribution (a closed-form KL handles it).
             self._refuse_subsampled_latent(msg)
-            msg.value = be.model_value(self.unconstrained[msg.name], self.strict_values)
+            msg.value = be.model_value(
+                self._given(self.unconstrained, msg.name), self.strict_values
+            )
             return
         native = be.distribution(spec)
         observed = msg.obs is not None and not self.predictive
@@ -152,7 +165,7 @@ class Evaluator(Runtime):
             value = be.observed_value(spec, value)
         elif msg.name in self.unconstrained:
             self._refuse_subsampled_latent(msg)
-            u = self.unconstrained[msg.name]
+            u = self._given(self.unconstrained, msg.name)
             transform = be.biject_to(native.support)
             if transform is None:
                 value = u
@@ -163,7 +176,7 @@ class Evaluator(Runtime):
                 )
         elif msg.name in self.values:
             self._refuse_subsampled_latent(msg)
-            value = self.values[msg.name]
+            value = self._given(self.values, msg.name)
         else:
             value = self._draw(
                 msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None
@@ -177,7 +190,7 @@ class Evaluator(Runtime):
             total = be.math.sum(log_prob)
             self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
         if self.record:
-            self.sites[msg.name] = SiteRecord(
+            self._record(SiteRecord(
                 name=msg.name,
                 kind="observed" if msg.obs is not None else "latent",
                 value=value,
@@ -186,7 +199,7 @@ class Evaluator(Runtime):
                 shape=shape,
                 plates=tuple(msg.plates),
                 log_prob=log_prob,
-            )
+            ))  # fmt: skip
 
     def _param(self, msg: Message) -> None:
         value = self.params.get(msg.name)
@@ -200,9 +213,7 @@ class Evaluator(Runtime):
 
     def _deterministic(self, msg: Message) -> None:
         if self.record:
-            self.sites[msg.name] = SiteRecord(
-                msg.name, "deterministic", msg.value, plates=tuple(msg.plates)
-            )
+            self._record(SiteRecord(msg.name, "deterministic", msg.value, plates=tuple(msg.plates)))
 
     def _factor(self, msg: Message) -> None:
         be = self.backend
@@ -212,9 +223,7 @@ class Evaluator(Runtime):
         scale = msg.scale
         self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
         if self.record:
-            self.sites[msg.name] = SiteRecord(
-                msg.name, "factor", msg.value, plates=tuple(msg.plates)
-            )
+            self._record(SiteRecord(msg.name, "factor", msg.value, plates=tuple(msg.plates)))
 
     # -- plates -----------------------------------------------------------------------------
     @contextmanager
@@ -229,6 +238,54 @@ class Evaluator(Runtime):
             frame.scale = frame.size / frame.batch_size
         frame.indices = indices
         yield self.backend.model_value(indices, self.strict_values)
+
+    # -- loops ------------------------------------------------------------------------------
+    def scan(self, f, init, xs, length: int, name: str):
+        """``bdl.scan`` as a Python loop; each site is recorded per step, then stacked."""
+        with no_nesting(self._step is not None):
+            pass
+        self._step_records = {}
+
+        @contextmanager
+        def step(t: int):
+            self._step = (name, t)
+            try:
+                yield
+            finally:
+                self._step = None
+
+        carry, ys = python_loop(self.backend, f, init, xs, length, step)
+        counts: dict[str, int] = {}
+        for key in [k for k in self._names if isinstance(k, tuple)]:
+            self._names.discard(key)
+            counts[key[0]] = counts.get(key[0], 0) + 1
+        for site, count in counts.items():
+            if site in self._names:
+                raise ModelError(
+                    f"site name {site!r} is used inside bdl.scan and outside it (or in another "
+                    "scan); give each its own name."
+                )
+            if count != length:
+                raise ModelError(
+                    f"site {site!r} is sampled at {count} of the {length} steps of bdl.scan "
+                    f"{name!r}: a site in a scan must be sampled at every step (one stacked site)."
+                )
+            self._names.add(site)
+        for site, records in self._step_records.items():
+            self.sites[site] = _stacked(self.backend, records, name)
+        self._step_records = {}
+        return carry, ys
+
+    def _given(self, table: dict, name: str):
+        """``table[name]``, at the current step of a scan (values stacked over time)."""
+        value = table[name]
+        return value if self._step is None else value[self._step[1]]
+
+    def _record(self, record: SiteRecord) -> None:
+        if self._step is None:
+            self.sites[record.name] = record
+        else:
+            self._step_records.setdefault(record.name, []).append(record)
 
     # -- helpers ----------------------------------------------------------------------------
     def _draw(self, msg: Message, native, shape: SiteShape, observed_site: bool):
@@ -314,3 +371,23 @@ class Evaluator(Runtime):
             f"{self.backend.name!r} backend. Use ppl_bdl.math and bound data instead of "
             "torch/jax functions inside the model."
         )
+
+
+def _stacked(be, records: list[SiteRecord], scan_name: str) -> SiteRecord:
+    """One site from its records at every step of a scan: values with a leading time axis."""
+    first = records[0]
+
+    def stack(attribute: str):
+        parts = [getattr(r, attribute) for r in records]
+        return None if parts[0] is None else be.math.stack(parts)
+
+    shape = first.shape
+    if shape is not None:
+        shape = SiteShape((len(records),) + shape.batch, shape.extra, shape.event)
+    native = None if first.native is None else StackedNative(be, [r.native for r in records])
+    return SiteRecord(
+        name=first.name, kind=first.kind, value=stack("value"), spec=first.spec, native=native,
+        shape=shape, plates=first.plates, log_prob=stack("log_prob"),
+        constraint=first.constraint,
+        extra={"scan": scan_name, "steps": len(records), "step_shape": first.shape},
+    )  # fmt: skip

@@ -117,20 +117,29 @@ class LatentLayout:
     7
     """
 
-    def __init__(self, slots: list[LatentSlot], sites: dict[str, SiteRecord]):
+    def __init__(
+        self, slots: list[LatentSlot], sites: dict[str, SiteRecord], discrete: list[str] = ()
+    ):
         self.slots = slots
         self.sites = sites
         self.dim = sum(s.size for s in slots)
+        #: The discrete latent sites, summed out of the potential (:mod:`ppl_bdl.enumeration`).
+        self.discrete = list(discrete)
 
     @classmethod
-    def from_sites(cls, sites: dict[str, SiteRecord], backend, allow_discrete: bool = False):
+    def from_sites(cls, sites: dict[str, SiteRecord], backend, allow_discrete: bool = True):
+        """The layout of ``sites``' continuous latents; discrete latents (checked for
+        enumeration) are listed in ``discrete``, or refused where ``allow_discrete`` is False."""
+        from .enumeration import discrete_latents
+
         discrete = [s.name for s in sites.values() if s.kind == "latent" and s.is_discrete]
         if discrete and not allow_discrete:
             raise ModelError(
-                f"the model has discrete latent sites {discrete}; gradient-based inference (NUTS, HMC, "
-                "VI, SG-MCMC) needs continuous latents. Marginalise them out (e.g. sum the mixture "
-                "likelihood with math.logsumexp inside a factor) or observe them."
+                f"the model has discrete latent sites {discrete}, which this method cannot move. "
+                "fit(..., method='nuts' | 'hmc' | 'vi' | an SG-MCMC kernel without batch_size) "
+                "sums them out; or observe them."
             )
+        discrete = discrete_latents(sites)
         slots, offset = [], 0
         for site in sites.values():
             if site.kind != "latent" or site.is_discrete:
@@ -141,7 +150,7 @@ class LatentLayout:
             size = int(np.prod(ushape, dtype=np.int64))
             slots.append(LatentSlot(site.name, shape, ushape, offset, size))
             offset += size
-        return cls(slots, sites)
+        return cls(slots, sites, discrete)
 
     @property
     def names(self) -> list[str]:
@@ -184,6 +193,10 @@ class ModelDensity:
     bound model's own by default): compiled loops pass it as an argument, so the data is never
     baked into a compiled program.
 
+    A model with discrete latent sites (``layout.discrete``) has the potential of its
+    continuous latents with the discrete ones summed out by the backend
+    (:class:`~ppl_bdl.enumeration.Enumeration`, ``self.enumeration``); it takes no minibatches.
+
     Example
     -------
     >>> import numpy as np, ppl_bdl as bdl
@@ -210,6 +223,11 @@ class ModelDensity:
         self.bound, self.backend, self.layout = bound, backend, layout
         self.params, self.exclude = params, exclude
         self.data, self._template = bound.data_arrays(backend)
+        self.enumeration = None
+        if layout.discrete:
+            from .enumeration import Enumeration
+
+            self.enumeration = Enumeration(bound, backend, layout.sites, self._template, exclude)
 
     def _run(self, evaluator: Evaluator, data) -> Evaluator:
         from .model import fill_data
@@ -220,6 +238,13 @@ class ModelDensity:
         return evaluator
 
     def site_potential(self, sites: dict, data=None, batch=None, params=None):
+        if self.enumeration is not None:
+            if batch is not None:
+                raise ModelError(_NO_MINIBATCH.format(self.layout.discrete))
+            return -self.enumeration.log_density(
+                sites, self.data if data is None else data,
+                self.params if params is None else params,
+            )  # fmt: skip
         ev = Evaluator(
             self.backend, unconstrained=sites, params=self.params if params is None else params,
             batch=batch, exclude=self.exclude,
@@ -235,16 +260,23 @@ class ModelDensity:
         small network it saves ~6%.)"""
         return self.backend.value_and_grad(lambda f: self.potential(f, data, batch, params))(flat)
 
-    def replay(self, flat, data=None, log_likelihood: bool = True, batch=None):
+    def replay(self, flat, data=None, log_likelihood: bool = True, batch=None, discrete=None):
         """Constrained latents and deterministics at one flat draw, and (optionally) the
         pointwise log-likelihood of each observed site (ArviZ's log_likelihood group).
-        ``batch`` runs a plate on some of its points only (see :class:`Evaluator`)."""
+        ``batch`` runs a plate on some of its points only (see :class:`Evaluator`);
+        ``discrete`` holds values of the discrete latent sites (drawn after the fit)."""
         ev = Evaluator(
             self.backend, unconstrained=self.layout.unflatten(flat), params=self.params,
-            record=True, batch=batch,
+            record=True, batch=batch, values=discrete,
         )  # fmt: skip
         sites = self._run(ev, data).sites
         values = {n: s.value for n, s in sites.items() if s.kind in ("latent", "deterministic")}
         if not log_likelihood:
             return values, {}
         return values, {n: s.log_prob for n, s in sites.items() if s.kind == "observed"}
+
+
+_NO_MINIBATCH = (
+    "the model has discrete latent sites {}, summed out over the whole data set: minibatches "
+    "(batch_size=...) are not supported with them. Fit without batch_size."
+)

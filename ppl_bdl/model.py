@@ -145,6 +145,9 @@ class BoundModel:
         """Return a plain native model: a no-argument callable that Pyro's or NumPyro's own
         ``MCMC``, ``SVI`` and ``Predictive`` accept.
 
+        Discrete latent sites are marked for parallel enumeration (their shapes read off one
+        run of the model here), so the backend's own NUTS sums them out.
+
         Example
         -------
         >>> import numpy as np, numpyro, jax, ppl_bdl as bdl
@@ -162,14 +165,29 @@ class BoundModel:
         from .lowering import Lowering
 
         be = get_backend(backend, precision=precision)
+        sites, discrete = self._discrete_trace(be)
 
         def native_model():
             with be.scope():
-                return self.run_with(Lowering(be))
+                return self.run_with(Lowering(be, sites=sites, enumerated=discrete))
 
         native_model.__name__ = f"{self.name}_{be.name}"
         native_model.__doc__ = f"{self.name} lowered to {be.name} (data bound; no arguments)."
         return native_model
+
+    def _discrete_trace(self, be) -> tuple[dict | None, frozenset]:
+        """A trace of the model and its discrete latent sites when it has any (their values
+        carry enumeration's dimensions when lowered); (None, empty) otherwise, or when the model
+        fails to run: its error then shows where the lowered model is called."""
+        from .errors import PPLError
+        from .layout import trace_model
+
+        try:
+            sites = trace_model(self, be)
+        except PPLError:
+            return None, frozenset()
+        discrete = frozenset(n for n, s in sites.items() if s.kind == "latent" and s.is_discrete)
+        return (sites, discrete) if discrete else (None, frozenset())
 
     def __repr__(self) -> str:
         return f"<ppl_bdl.BoundModel {self.name}>"

@@ -160,7 +160,7 @@ def posterior_predictive(
             "the posterior was fitted to (same site names), or fit this model."
         )
     latents = {k: v for k, v in posterior.samples.items() if k in posterior.latent_names}
-    latents = {k: v for k, v in latents.items() if k in sites}
+    latents = {k: v for k, v in latents.items() if k in sites and _fits(sites[k], v)}
     flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in latents.items()}
     total = next(iter(flat.values())).shape[0] if flat else 1
     if num_samples is not None:
@@ -174,6 +174,14 @@ def posterior_predictive(
     # Deterministics of the posterior are recomputed at the new inputs, not kept from training.
     draws, moments = run_predictive(bound, be, flat, total, seed, posterior.params, sites)
     return _result(sites, draws, moments, site)
+
+
+def _fits(site, draws: np.ndarray) -> bool:
+    """Whether the posterior's draws of a site fit the new model's site. A local site (in a
+    plate or a scan: a mixture's assignments, a state path) of another size is drawn anew from
+    its prior given the rest, as a new group's effects are."""
+    local = bool(site.plates) or "scan" in site.extra
+    return not local or tuple(draws.shape[2:]) == tuple(np.shape(site.value))
 
 
 def prior_predictive(

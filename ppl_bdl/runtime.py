@@ -95,7 +95,8 @@ class Runtime(Handler):
     """The bottom handler: runs primitives on one backend.
 
     Entering a runtime also makes its backend the one :mod:`ppl_bdl.math` dispatches to.
-    Subclasses implement :meth:`run` (sample, param, deterministic, factor) and :meth:`plate`.
+    Subclasses implement :meth:`run` (sample, param, deterministic, factor), :meth:`plate` and
+    :meth:`scan`.
     """
 
     #: Whether primitives and distributions check their input in this run (a run that skips the
@@ -130,6 +131,10 @@ class Runtime(Handler):
 
     def plate(self, frame: PlateFrame):  # pragma: no cover - abstract
         """Return a context manager that enters the plate and yields its index array."""
+        raise NotImplementedError
+
+    def scan(self, f, init, xs, length: int, name: str):  # pragma: no cover - abstract
+        """Run ``bdl.scan`` (see :mod:`ppl_bdl.control_flow`); return ``(carry, ys)``."""
         raise NotImplementedError
 
 

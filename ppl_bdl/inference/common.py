@@ -34,9 +34,10 @@ class Setup:
 
 def prepare(
     bound, backend: str | None, precision: str, seed: int, device: str | None = None,
-    allow_discrete: bool = False,
+    allow_discrete: bool = True,
 ) -> Setup:  # fmt: skip
-    """Validate and trace ``bound`` on ``backend`` (on ``device``); lay out its latents."""
+    """Validate and trace ``bound`` on ``backend`` (on ``device``); lay out its latents (its
+    discrete latents are summed out of the potential: :mod:`ppl_bdl.enumeration`)."""
     from ..layout import _unbound_message
 
     if not isinstance(bound, BoundModel):
@@ -174,10 +175,17 @@ class _Replayer:
         )
         self.values_batch = None if one_point is None or in_plate else one_point
 
-    def __call__(self, flat: np.ndarray, log_likelihood: bool) -> tuple[dict, dict]:
+    def __call__(
+        self, flat: np.ndarray, log_likelihood: bool, discrete: dict | None = None
+    ) -> tuple[dict, dict]:
+        """Replay at flat draws (chain, draw, dim), with ``discrete`` values of the discrete
+        latent sites (chain, draw, ...) where the model has any."""
         be = self.setup.backend
         chains, draws, dim = flat.shape
         rows = flat.reshape(chains * draws, dim)
+        discrete = {
+            k: v.reshape((chains * draws,) + v.shape[2:]) for k, v in (discrete or {}).items()
+        }
         size = min(self.chunk, len(rows))
         with be.scope(), be.activate():
             if log_likelihood not in self._compiled:
@@ -187,18 +195,22 @@ class _Replayer:
                     batch = {k: be.asarray(v, "int") for k, v in self.values_batch.items()}
                 self._compiled[log_likelihood] = be.jit(
                     be.vmap(
-                        lambda row, data: density.replay(row, data, log_likelihood, batch),
-                        in_axes=(0, None),
+                        lambda row, disc, data: density.replay(
+                            row, data, log_likelihood, batch, disc
+                        ),
+                        in_axes=(0, 0, None),
                     )
                 )
             replay = self._compiled[log_likelihood]
             values_parts, loglik_parts = [], []
             for start in range(0, len(rows), size):
                 chunk = rows[start : start + size]
+                disc = {k: v[start : start + size] for k, v in discrete.items()}
                 real = len(chunk)
                 if real < size:  # one compiled shape: pad the last chunk
-                    chunk = np.concatenate([chunk, np.repeat(chunk[-1:], size - real, axis=0)])
-                values, loglik = replay(be.asarray(chunk), self.density.data)
+                    chunk, disc = _pad(chunk, size), {k: _pad(v, size) for k, v in disc.items()}
+                disc = {k: be.asarray(v) for k, v in disc.items()}
+                values, loglik = replay(be.asarray(chunk), disc, self.density.data)
                 values_parts.append({k: be.to_numpy(v)[:real] for k, v in values.items()})
                 loglik_parts.append({k: be.to_numpy(v)[:real] for k, v in loglik.items()})
 
@@ -213,18 +225,26 @@ class _Replayer:
         return merge(values_parts), merge(loglik_parts)
 
 
+def _pad(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` with its last row repeated up to ``size`` rows (one compiled shape)."""
+    return np.concatenate([array, np.repeat(array[-1:], size - len(array), axis=0)])
+
+
 class LazyLogLikelihood(Mapping):
     """The pointwise log-likelihood of every observed site at every draw, computed in chunks
     the first time a value is read (ArviZ export, LOO, WAIC), not at fit time."""
 
-    def __init__(self, replayer: _Replayer, flat: np.ndarray, names: list[str]):
+    def __init__(
+        self, replayer: _Replayer, flat: np.ndarray, names: list[str], discrete: dict | None = None
+    ):
         self._replayer, self._flat, self._names = replayer, flat, list(names)
+        self._discrete = discrete
         self._values: dict[str, np.ndarray] | None = None
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._values is None:
-            self._values = self._replayer(self._flat, log_likelihood=True)[1]
-            self._replayer = self._flat = None
+            self._values = self._replayer(self._flat, True, self._discrete)[1]
+            self._replayer = self._flat = self._discrete = None
         return self._values
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -252,9 +272,16 @@ def build_posterior(
 
     flat = np.asarray(flat)
     replayer = _Replayer(setup)
-    samples, _ = replayer(flat, log_likelihood=False)
+    discrete = None
+    if setup.layout.discrete:  # one draw of the discrete sites per draw: p(z | θ, D)
+        from ..enumeration import posterior_draws
+
+        discrete = posterior_draws(replayer.density, flat, setup.settings.get("seed", 0))
+    samples, _ = replayer(flat, False, discrete)
+    samples.update(discrete or {})
+    samples = {n: samples[n] for n in setup.sites if n in samples}  # the model's order
     observed = [n for n, s in setup.sites.items() if s.kind == "observed"]
-    loglik = LazyLogLikelihood(replayer, flat, observed) if log_likelihood else {}
+    loglik = LazyLogLikelihood(replayer, flat, observed, discrete) if log_likelihood else {}
     return Posterior(
         samples=samples,
         sample_stats=sample_stats,
@@ -270,7 +297,7 @@ def build_posterior(
         precision=setup.backend.precision,
         model=setup.bound,
         params={k: setup.backend.to_numpy(v) for k, v in setup.params.items()},
-        latent_names=setup.layout.names,
+        latent_names=setup.layout.names + setup.layout.discrete,
         settings=_json_settings(setup.settings),
         **extra,
     )
@@ -296,12 +323,19 @@ def site_dims(sites: dict[str, SiteRecord]) -> dict[str, list[str]]:
             ndim = len(getattr(site.value, "shape", ()))
             # One axis per enclosing plate (theta = mu + tau * theta_trans in a plate): name them
             # after the plates, as for sample sites; otherwise the layout is unknown.
+            time = 1 if "scan" in site.extra else 0
             plate_of = (
-                {ndim + f.dim: f.name for f in site.plates} if ndim == len(site.plates) else {}
+                {ndim + f.dim: f.name for f in site.plates}
+                if ndim == len(site.plates) + time
+                else {}
             )
+            if time:
+                plate_of[0] = site.extra["scan"]
             dims[name] = [plate_of.get(i, f"{name}_dim_{i}") for i in range(ndim)]
             continue
         by_position = {len(site.shape.batch) + f.dim: f.name for f in site.plates}
+        if "scan" in site.extra:  # the leading axis of a site stacked by bdl.scan
+            by_position[0] = site.extra["scan"]
         names = [by_position.get(i, f"{name}_dim_{i}") for i in range(len(site.shape.batch))]
         rest = len(site.shape.extra) + len(site.shape.event)
         names += [f"{name}_dim_{i}" for i in range(len(names), len(names) + rest)]

@@ -19,6 +19,13 @@ def minibatch_plate(setup: Setup, batch_size: int | None) -> tuple[str, int] | N
         return None
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}.")
+    if setup.layout.discrete:
+        raise ConfigError(
+            f"batch_size={batch_size}: the model has discrete latent sites "
+            f"{setup.layout.discrete}, summed out over the whole data set, so it takes no "
+            "minibatches. Fit without batch_size (NUTS, HMC, VI and the SG-MCMC kernels all "
+            "sum them out on full batches)."
+        )
     plates = {}
     for site in setup.sites.values():
         if site.kind == "observed":

@@ -110,6 +110,17 @@ class DelegateBackend(BackendBase):
 
         return NumPyroSGMCMC(spec)
 
+    # enumeration (NumPyro's funsor machinery on the same JAX arrays)
+    def enumerated_log_density(self, model, inputs, max_plate_nesting):
+        from ppl_bdl.backends._numpyro_enum import enumerated_log_density
+
+        return enumerated_log_density(model, inputs, max_plate_nesting)
+
+    def infer_discrete(self, model, inputs, max_plate_nesting, key):
+        from ppl_bdl.backends._numpyro_enum import infer_discrete
+
+        return infer_discrete(model, inputs, max_plate_nesting, key)
+
     # devices
     def devices(self) -> list[str]:
         return self._ref.devices()
