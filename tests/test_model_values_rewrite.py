@@ -107,14 +107,16 @@ def docs_models() -> dict[str, tuple]:
     for page in ("README.md", "docs/dsl.md"):
         for block in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S):
             for node in ast.parse(block).body:
-                if isinstance(node, ast.FunctionDef) and "model" in ast.unparse(
-                    node.decorator_list[0]
+                if (
+                    isinstance(node, ast.FunctionDef)
+                    and node.decorator_list
+                    and "model" in ast.unparse(node.decorator_list[0])
                 ):
                     functions[node.name] = (node, page)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(12, 3))
     y = X @ np.array([1.0, -2.0, 0.5]) + 0.3 * rng.normal(size=12)
-    data = {"linreg": (X, y), "bnn": (X, y), "robust": (y,), "weighted": (y[:3],)}
+    data = {"linreg": (X, y), "bnn": (X, y), "robust": (y,), "weighted": (y[:3],), "mixture": (y,)}
     assert set(functions) == set(data), sorted(functions)
     return {
         name: tuple(
@@ -139,7 +141,7 @@ def test_the_rewrite_puts_numpy_on_both_sides_of_every_operator():
     """The rewrite changes every model (a test that rewrote nothing would pass trivially)."""
     for name, (_, changed) in CASES.items():
         assert "numpy_identity" in changed.model.fn.__code__.co_names, name
-    assert len(CASES) == len(EXAMPLES) + 4
+    assert len(CASES) == len(EXAMPLES) + 5
 
 
 #: The docs' regressions on every backend, every model on torch (the backend whose arrays did not
