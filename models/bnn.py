@@ -19,10 +19,10 @@ Example
 >>> from ppl_bdl.models import bnn, regression
 >>> X, y = regression.sine_data()
 >>> model = bnn.make_bnn_regression(hidden=(10,))
->>> post = bdl.fit(model(X, y), backend="numpyro", num_warmup=100, num_samples=100,
-...                num_chains=1, progress=False)
+>>> post = bdl.fit(model(X, y), backend="numpyro", num_warmup=20, num_samples=20,
+...                num_chains=1, max_tree_depth=5, progress=False)
 >>> post.samples["net.0.weight"].shape
-(1, 100, 1, 10)
+(1, 20, 1, 10)
 """
 
 from __future__ import annotations

@@ -78,7 +78,15 @@ def test_shapes_and_arviz_groups(name, backend, fits):
     assert np.isfinite(loo.elpd_loo)
 
 
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
+#: Determinism is one property of the fit, checked by default on a hierarchical model, a BNN and a
+#: model with enumerated discrete sites; on every model under -m slow.
+SEEDED = {"eight_schools_noncentered", "bnn_regression", "gaussian_mixture"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n if n in SEEDED else pytest.param(n, marks=pytest.mark.slow) for n in sorted(EXAMPLES)],
+)
 def test_same_seed_same_draws(name, backend, fits):
     first = fits(name, backend, seed=0)
     again = bdl.fit(EXAMPLES[name], backend=backend, seed=0, **SMALL)

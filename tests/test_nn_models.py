@@ -12,8 +12,9 @@ from ppl_bdl.models import images, vision
 
 # NumPyro's first fit of a deep network compiles every op of its eager model runs once per weight
 # shape (~200 XLA compiles for ResNet-20): those fits are slow-marked, the rest run by default.
-# One NumPyro fit (LeNet-5, SGLD) runs by default; every model runs on both backends with -m slow.
-SLOW = {("lenet5", "numpyro", "vi"), ("resnet20", "numpyro", "vi"), ("resnet20", "numpyro", "sgld"),
+# On NumPyro the layers' forward pass is checked against Pyro's by the nn tests; every model fits on
+# both backends with -m slow.
+SLOW = {("lenet5", "numpyro", "vi"), ("lenet5", "numpyro", "sgld"), ("resnet20", "numpyro", "vi"), ("resnet20", "numpyro", "sgld"),
         ("mlp", "numpyro", "vi"), ("mlp", "numpyro", "sgld")}  # fmt: skip
 MODELS = {
     # name: (network, channels, image size, classes)

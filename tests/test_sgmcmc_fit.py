@@ -230,11 +230,14 @@ def test_bad_settings(backend, options, error, match):
                 num_chains=1, progress=False, **options)  # fmt: skip
 
 
-def test_discrete_latents_are_named(backend):
+def test_discrete_latents_are_summed_out_on_full_batches_and_refused_with_minibatches(backend):
     y = np.random.default_rng(0).normal(size=20)
-    with pytest.raises(bdl.ModelError, match=r"discrete latent sites \['z'\].*SG-MCMC"):
-        bdl.fit(with_discrete(y), backend=backend, method="sghmc", step_size=1e-3, num_warmup=5,
-                num_samples=5, num_chains=1, progress=False)  # fmt: skip
+    post = bdl.fit(with_discrete(y), backend=backend, method="sghmc", step_size=1e-3,
+                   num_warmup=5, num_samples=5, num_chains=1, progress=False)  # fmt: skip
+    assert set(np.unique(post.samples["z"])) <= {0, 1}  # drawn from p(z | mu, y) per draw
+    with pytest.raises(bdl.ConfigError, match=r"discrete latent sites \['z'\].*without batch_size"):
+        bdl.fit(with_discrete(y), backend=backend, method="sghmc", step_size=1e-3, batch_size=5,
+                num_warmup=5, num_samples=5, num_chains=1, progress=False)  # fmt: skip
 
 
 def test_diverging_in_warmup_names_kernel_step_and_step_size(backend):
