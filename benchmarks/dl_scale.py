@@ -284,11 +284,12 @@ def memory_probe() -> None:
     X, y = make_data()
     bound = classifier(X, y)
     bdl.fit(bound, backend="numpyro", method="sgld", step_size=SGLD_STEP, batch_size=B,
-            num_warmup=2, num_samples=2, num_chains=1, progress=False, log_likelihood=False)  # fmt: skip
+            num_warmup=2, num_samples=2, num_chains=1, init="median", progress=False,
+            log_likelihood=False)  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     post = bdl.fit(bound, backend="numpyro", method="sgld", step_size=SGLD_STEP, batch_size=B,
-                   num_warmup=10, num_samples=100, num_chains=1, progress=False,
-                   log_likelihood=False)  # fmt: skip
+                   num_warmup=10, num_samples=100, num_chains=1, init="median",
+                   progress=False, log_likelihood=False)  # fmt: skip
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     draws = sum(v.nbytes for v in post.samples.values()) / 2**20
     data = (X.nbytes + y.nbytes) / 2**20

@@ -202,7 +202,10 @@ class _Replayer:
                     )
                 )
             replay = self._compiled[log_likelihood]
-            values_parts, loglik_parts = [], []
+            # Each chunk is written into arrays of all the draws (no list of parts to join:
+            # the draws are held once on the host, not twice).
+            values_out: dict[str, np.ndarray] = {}
+            loglik_out: dict[str, np.ndarray] = {}
             for start in range(0, len(rows), size):
                 chunk = rows[start : start + size]
                 disc = {k: v[start : start + size] for k, v in discrete.items()}
@@ -211,18 +214,16 @@ class _Replayer:
                     chunk, disc = _pad(chunk, size), {k: _pad(v, size) for k, v in disc.items()}
                 disc = {k: be.asarray(v) for k, v in disc.items()}
                 values, loglik = replay(be.asarray(chunk), disc, self.density.data)
-                values_parts.append({k: be.to_numpy(v)[:real] for k, v in values.items()})
-                loglik_parts.append({k: be.to_numpy(v)[:real] for k, v in loglik.items()})
-
-        def merge(parts):
-            return {
-                k: np.concatenate([p[k] for p in parts]).reshape(
-                    (chains, draws) + parts[0][k].shape[1:]
-                )
-                for k in parts[0]
-            }
-
-        return merge(values_parts), merge(loglik_parts)
+                for out, part in ((values_out, values), (loglik_out, loglik)):
+                    for k, v in part.items():
+                        v = be.to_numpy(v)[:real]
+                        if k not in out:
+                            out[k] = np.empty((len(rows),) + v.shape[1:], v.dtype)
+                        out[k][start : start + real] = v
+        return (
+            {k: v.reshape((chains, draws) + v.shape[1:]) for k, v in values_out.items()},
+            {k: v.reshape((chains, draws) + v.shape[1:]) for k, v in loglik_out.items()},
+        )
 
 
 def _pad(array: np.ndarray, size: int) -> np.ndarray:
