@@ -45,15 +45,12 @@ import sys
 import time
 import warnings
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import image_loops as hand  # noqa: E402
 
 import ppl_bdl as bdl  # noqa: E402
 from ppl_bdl import metrics, nn  # noqa: E402
-from ppl_bdl.inference.sgmcmc import plan_keep  # noqa: E402
 from ppl_bdl.models import images, vision  # noqa: E402
 
 NUM_BINS = 15
@@ -81,28 +78,35 @@ def prior_scales(net) -> dict:
     return {k: float(d.params["scale"]) for k, d in net.priors().items()}
 
 
-def csghmc_plan(steps: int, cycles: int, per_cycle: int):
-    """(num_samples, thinning, the run's exact length) for ``per_cycle`` draws at the end of each
-    of ``cycles`` cycles of a ``steps``-step run (no warmup: the exploration stages are it)."""
+def csghmc_plan(steps: int, cycles: int, per_cycle: int) -> tuple[int, int]:
+    """(num_samples, thinning) for ``per_cycle`` draws at the end of each of ``cycles`` cycles of
+    a run of exactly ``steps`` steps (no warmup: the exploration stages are it). cSGHMC runs
+    ``num_samples * thinning / (1 - exploration)`` steps, so ``steps`` must split evenly."""
     sampling = steps * (1 - EXPLORATION) / cycles
-    thinning = max(1, round(sampling / per_cycle))
-    num_samples = cycles * per_cycle
-    total = len(plan_keep(0, num_samples, thinning, cycles, EXPLORATION))
-    return num_samples, thinning, total
+    thinning = round(sampling / per_cycle)
+    if abs(sampling - round(sampling)) > 1e-9 or thinning * per_cycle != round(sampling):
+        raise SystemExit(
+            f"--steps {steps} does not split into {cycles} cycles with a sampling stage of "
+            f"{per_cycle} x an integer thinning each: use a multiple of "
+            f"{round(cycles * per_cycle / (1 - EXPLORATION))}."
+        )
+    return cycles * per_cycle, thinning
 
 
-def fit_options(args, method: str, steps: int) -> dict:
-    """``bdl.fit`` options of a ``steps``-step run of ``method`` ("csghmc" or "vi")."""
-    common = dict(backend=None, batch_size=args.batch, device=args.device, seed=args.seed,
-                  progress=False, log_likelihood=False)  # fmt: skip
+def fit_options(args, method: str, steps: int, init) -> dict:
+    """``bdl.fit`` options of a ``steps``-step run of ``method`` ("csghmc" or "vi") from the
+    weights ``init`` (a dict of site values, or "prior")."""
+    common = dict(batch_size=args.batch, device=args.device, seed=args.seed, progress=False,
+                  log_likelihood=False)  # fmt: skip
     if method == "vi":
         return dict(common, method="vi", guide="meanfield", num_steps=steps, lr=args.vi_lr,
-                    init_scale=args.vi_init_scale, num_samples=args.vi_draws)  # fmt: skip
-    num_samples, thinning, _ = csghmc_plan(steps, args.cycles, args.draws_per_cycle)
+                    schedule=args.vi_schedule, init_scale=args.vi_init_scale,
+                    num_samples=args.vi_draws, init_loc=init)  # fmt: skip
+    num_samples, thinning = csghmc_plan(steps, args.cycles, args.draws_per_cycle)
     return dict(common, method="csghmc", step_size=args.step_size / args.train,
                 momentum_decay=args.momentum_decay, temperature=args.temperature,
                 num_cycles=args.cycles, num_warmup=0, num_samples=num_samples,
-                thinning=thinning, num_chains=1, init="median")  # fmt: skip
+                thinning=thinning, num_chains=1, init=init)  # fmt: skip
 
 
 # -- quality --------------------------------------------------------------------------------------
@@ -113,7 +117,8 @@ def quality(args, backend: str, train, test) -> dict:
     scales = prior_scales(net)
     weights = hand.init_weights(net.sites(), {k: s / args.prior_gain for k, s in scales.items()},
                                 args.seed)  # He-normal, whatever the prior
-    _, _, steps = csghmc_plan(args.steps, args.cycles, args.draws_per_cycle)
+    steps = args.steps
+    csghmc_plan(steps, args.cycles, args.draws_per_cycle)  # checks that the steps split evenly
     results = {}
 
     start = time.perf_counter()
@@ -129,7 +134,7 @@ def quality(args, backend: str, train, test) -> dict:
         if method not in args.methods:
             continue
         start = time.perf_counter()
-        options = dict(fit_options(args, method, steps), backend=backend)
+        options = dict(fit_options(args, method, steps, weights), backend=backend)
         post = bdl.fit(model(Xtr, ytr), **options)
         probs = post.predict(model(Xte)).per_draw["probs"]
         results[label] = (scores(probs, yte), time.perf_counter() - start)
@@ -171,7 +176,7 @@ def ours(args, backend: str, method: str, X, y):
     bound = model(X, y)
 
     def run(steps: int):
-        options = dict(fit_options(args, method, steps), backend=backend, num_samples=2)
+        options = dict(fit_options(args, method, steps, "prior"), backend=backend, num_samples=2)
         if method == "csghmc":
             options.update(num_cycles=1, thinning=steps // 10)  # 2 draws: the timing's length
         bdl.fit(bound, **options)
@@ -248,6 +253,7 @@ def main() -> None:
                         help="the prior's scale in units of He's, sqrt(2 / fan_in)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--vi-lr", type=float, default=1e-3)
+    parser.add_argument("--vi-schedule", default="cosine", choices=["constant", "cosine"])
     parser.add_argument("--vi-init-scale", type=float, default=0.01)
     parser.add_argument("--vi-draws", type=int, default=20)
     parser.add_argument("--short", type=int, default=30)

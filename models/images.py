@@ -21,11 +21,11 @@ import numpy as np
 from ppl_bdl.errors import DataError
 
 
-def _positive(name: str, value: object, minimum: int = 1) -> int:
+def _positive(
+    name: str, value: object, minimum: int = 1, caller: str = "make_synthetic_images"
+) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise DataError(
-            f"make_synthetic_images: {name} must be an int >= {minimum}, got {value!r}."
-        )
+        raise DataError(f"{caller}: {name} must be an int >= {minimum}, got {value!r}.")
     return int(value)
 
 
@@ -100,10 +100,10 @@ def make_stroke_images(
     >>> X.shape, X.dtype, y.dtype
     ((6, 1, 16, 16), dtype('float32'), dtype('int64'))
     """
-    n = _positive("n", n)
-    num_classes = _positive("num_classes", num_classes, 2)
-    channels = _positive("channels", channels)
-    size = _positive("size", size, 8)
+    n = _positive("n", n, caller="make_stroke_images")
+    num_classes = _positive("num_classes", num_classes, 2, caller="make_stroke_images")
+    channels = _positive("channels", channels, caller="make_stroke_images")
+    size = _positive("size", size, 8, caller="make_stroke_images")
     for name, value, top in (("noise", noise, np.inf), ("label_noise", label_noise, 1.0)):
         if not (isinstance(value, int | float) and 0 <= value <= top):
             raise DataError(
@@ -132,9 +132,15 @@ def make_stroke_images(
     width = rng.uniform(0.07, 0.12, size=(n, 1, 1))
     r2 = (rows[None] - centre[:, :1, None]) ** 2 + (cols[None] - centre[:, 1:, None]) ** 2
     blob = np.exp(-0.5 * r2 / width**2)
-    clutter = stroke(
-        rng.uniform(0, np.pi, n), rng.uniform(-0.3, 0.3, (n, 2)), np.full(n, 0.15), np.full(n, 0.05)
-    ) * (rng.uniform(size=n) < 0.5)[:, None, None]
+    clutter = (
+        stroke(
+            rng.uniform(0, np.pi, n),
+            rng.uniform(-0.3, 0.3, (n, 2)),
+            np.full(n, 0.15),
+            np.full(n, 0.05),
+        )
+        * (rng.uniform(size=n) < 0.5)[:, None, None]
+    )
     pattern = main + 0.7 * blob + 0.6 * clutter
     gain = rng.uniform(0.5, 1.2, size=(n, 1)) * (
         rng.uniform(0.5, 1.0, size=(n, channels)) if channels > 1 else np.ones((n, 1))
