@@ -35,7 +35,7 @@ network that fits its training labels is over-confident: calibration matters.
    (best time at ``--long`` steps − best at ``--short``) / (long − short), so set-up and
    compilation cancel. Target: ours / hand-written ≤ 1.3.
 
-Defaults (about 6 min per backend on a shared 2-core CPU): LeNet-5, N = 2000 training and 2000
+Defaults (about 10 min on NumPyro, 3 on Pyro, on a shared 2-core CPU): LeNet-5, N = 2000 training and 2000
 test images, 1000 steps of batch 128 (64 epochs) for every fit, 4 cycles of 250 steps with 5 draws
 each for cSGHMC, 20 draws from the VI guide; timing at 130 and 30 steps, best of ``--repeats``.
 
