@@ -24,8 +24,8 @@ network that fits its training labels is over-confident: calibration matters.
    g = ``--prior-gain`` (default 2; SGD's weight decay is this prior's), at temperature 1 (unless
    ``--temperature`` says otherwise; both printed with the results). The gain sets the regime: at
    g = 1 the MAP network is under-confident after 64 epochs and the posteriors more so; from
-   g = 2 on SGD over-fits the noisy labels (docs/benchmarks.md has the sweep). Scores on the test set
-   (``ppl_bdl.metrics``): accuracy, NLL (nats), Brier (summed over classes), ECE with 15 equal-width
+   g = 2 on SGD over-fits the noisy labels (docs/benchmarks.md has the sweep). Scores on the test
+   set (``ppl_bdl.metrics``): accuracy, NLL (nats), Brier (summed over classes), ECE with 15 equal-width
    bins of the top-class probability (Guo et al. 2017). Targets: each Bayesian fit within 1 point
    of SGD's accuracy, with lower ECE and NLL.
 
@@ -35,9 +35,10 @@ network that fits its training labels is over-confident: calibration matters.
    (best time at ``--long`` steps − best at ``--short``) / (long − short), so set-up and
    compilation cancel. Target: ours / hand-written ≤ 1.3.
 
-Defaults (about 10 min on NumPyro, 3 on Pyro, on a shared 2-core CPU): LeNet-5, N = 2000 training and 2000
-test images, 1000 steps of batch 128 (64 epochs) for every fit, 4 cycles of 250 steps with 5 draws
-each for cSGHMC, 20 draws from the VI guide; timing at 130 and 30 steps, best of ``--repeats``.
+Defaults (about 10 min on NumPyro, 3 on Pyro, on a shared 2-core CPU): LeNet-5, N = 2000 training
+and 2000 test images, 1000 steps of batch 128 (64 epochs) for every fit, 4 cycles of 250 steps with
+5 draws each for cSGHMC, 20 draws from the VI guide; timing at 130 and 30 steps, best of
+``--repeats``.
 
 Usage::
 
