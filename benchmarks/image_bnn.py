@@ -25,9 +25,9 @@ network that fits its training labels is over-confident: calibration matters.
    ``--temperature`` says otherwise; both printed with the results). The gain sets the regime: at
    g = 1 the MAP network is under-confident after 64 epochs and the posteriors more so; from
    g = 2 on SGD over-fits the noisy labels (docs/benchmarks.md has the sweep). Scores on the test
-   set (``ppl_bdl.metrics``): accuracy, NLL (nats), Brier (summed over classes), ECE with 15 equal-width
-   bins of the top-class probability (Guo et al. 2017). Targets: each Bayesian fit within 1 point
-   of SGD's accuracy, with lower ECE and NLL.
+   set (``ppl_bdl.metrics``): accuracy, NLL (nats), Brier (summed over classes), ECE with 15
+   equal-width bins of the top-class probability (Guo et al. 2017). Targets: each Bayesian fit
+   within 1 point of SGD's accuracy, with lower ECE and NLL.
 
 2. **Speed.** ms per step of our cSGHMC and VI steps, through ``bdl.fit`` (everything included:
    set-up, compilation, the loop, the posterior), against the same updates written by hand (the

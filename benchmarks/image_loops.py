@@ -1,8 +1,8 @@
 """Hand-written JAX and torch code for ``image_bnn.py``: the networks and the training loops.
 
-The anchors of the image benchmark, written straight against each library (``lax.conv_general_dilated``
-/ ``torch.nn.functional.conv2d``, ``jax.value_and_grad`` in a jitted ``lax.scan`` / a plain loop
-with ``torch.autograd.grad``), without ``ppl_bdl``:
+The anchors of the image benchmark, written straight against each library
+(``lax.conv_general_dilated`` / ``torch.nn.functional.conv2d``, ``jax.value_and_grad`` in a jitted
+``lax.scan`` / a plain loop with ``torch.autograd.grad``), without ``ppl_bdl``:
 
 - ``forward(p, x)``: LeNet-5 or ResNet-20 on a dict of weights named as the ``ppl_bdl.nn`` sites
   (``lenet5.conv1.weight``, ...), so one set of weights runs in either;
