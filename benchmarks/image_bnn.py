@@ -199,7 +199,7 @@ def ours(args, backend: str, method: str, X, y):
     return run
 
 
-def loop(args, backend: str, method: str, X, y, steps_of):
+def loop(args, backend: str, method: str, X, y):
     net = make_net(args)
     scales = prior_scales(net)
     weights = hand.init_weights(net.sites(), scales, args.seed)
@@ -240,7 +240,7 @@ def speed(args, backend: str, X, y) -> None:
           f"{args.device or 'default'}; ms/step, {long} - {short} steps, best of "
           f"{args.repeats}) ==")  # fmt: skip
     for method in args.methods:
-        runs = {anchor: loop(args, backend, method, X, y, None),
+        runs = {anchor: loop(args, backend, method, X, y),
                 f"ours {backend}": ours(args, backend, method, X, y)}  # fmt: skip
         times = per_step(runs, short, long, args.repeats)
         ratio = times[f"ours {backend}"] / times[anchor]
