@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 
@@ -61,6 +62,7 @@ def make_math() -> SimpleNamespace:
         "maximum", "minimum", "sign", "floor", "asarray", "logaddexp",
     ):  # fmt: skip
         setattr(m, name, getattr(jnp, name))
+    m.split = lambda x, sizes, axis=-1: jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
     m.sigmoid = jax.nn.sigmoid
     m.softplus = jax.nn.softplus
     m.relu = jax.nn.relu

@@ -162,6 +162,7 @@ def make_math() -> SimpleNamespace:
     m.expand_dims = lambda x, axis: _t(x).unsqueeze(axis)
     m.squeeze = lambda x, axis=None: _t(x).squeeze() if axis is None else _t(x).squeeze(axis)
     m.concatenate = lambda xs, axis=0: torch.cat([_t(x) for x in xs], dim=axis)
+    m.split = lambda x, sizes, axis=-1: list(torch.split(_t(x), list(sizes), dim=axis))
     m.stack = lambda xs, axis=0: torch.stack([_t(x) for x in xs], dim=axis)
     m.where = lambda c, a, b: torch.where(_t(c).bool(), _t(a), _t(b))
     m.clip = lambda x, lo=None, hi=None: torch.clamp(_t(x), lo, hi)

@@ -108,6 +108,10 @@ class _Native:
         return pyro.markov(steps)
 
 
+#: How many fits' scopes are open (nested scopes switch subnormal flushing once).
+_FLUSH_DEPTH = [0]
+
+
 class PyroBackend(BackendBase):
     """Run models on Pyro / PyTorch.
 
@@ -137,12 +141,21 @@ class PyroBackend(BackendBase):
 
     @contextlib.contextmanager
     def scope(self):
+        """The fit's dtype and device; on the CPU, subnormal floats flushed to zero, as XLA does
+        on the CPU (a step whose gradient holds subnormals, e.g. from a saturated softmax, ran
+        2.5x slower at the 784-400-400-10 net). torch's default, off, is restored after."""
         previous = torch.get_default_dtype()
         torch.set_default_dtype(self.float_dtype)
+        _FLUSH_DEPTH[0] += 1
+        if _FLUSH_DEPTH[0] == 1:
+            torch.set_flush_denormal(True)
         try:
             with self.torch_device:
                 yield
         finally:
+            _FLUSH_DEPTH[0] -= 1
+            if _FLUSH_DEPTH[0] == 0:
+                torch.set_flush_denormal(False)
             torch.set_default_dtype(previous)
 
     def asarray(self, value: Any, dtype: str | None = None):

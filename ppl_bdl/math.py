@@ -32,7 +32,7 @@ NAMES = (
     "stack", "where", "clip", "zeros", "ones", "zeros_like", "ones_like", "full", "arange",
     "eye", "diag", "tril", "cholesky", "triangular_solve", "erf", "lgamma", "digamma", "isfinite",
     "sin", "cos", "pi", "maximum", "minimum", "sign", "floor", "asarray", "expand_dims", "squeeze",
-    "einsum", "norm", "logaddexp", "conv2d", "max_pool2d", "avg_pool2d",
+    "einsum", "norm", "logaddexp", "conv2d", "max_pool2d", "avg_pool2d", "split",
 )  # fmt: skip
 
 
@@ -87,6 +87,11 @@ reshape = _dispatch("reshape")
 expand_dims = _dispatch("expand_dims")
 squeeze = _dispatch("squeeze")
 concatenate = _dispatch("concatenate")
+split = _dispatch(
+    "split",
+    "``split(x, sizes, axis=-1)``: the consecutive pieces of ``x`` of the given ``sizes`` along "
+    "``axis``, as a list (one op: its gradient is one concatenation, not a sum over pieces).",
+)
 stack = _dispatch("stack")
 where = _dispatch("where")
 clip = _dispatch("clip")

@@ -104,3 +104,17 @@ def test_fit_on_cuda(backend, method):
                    num_samples=50, progress=False, **options)  # fmt: skip
     assert abs(post.samples["mu"].mean() - Y.mean()) < 0.6
     assert post.predict(mean_model(Y[:5]), device="cuda").mean.shape == (5,)
+
+
+def test_pyro_fits_flush_subnormals_on_the_cpu_and_restore_torch_default():
+    """As XLA does on the CPU: subnormal floats (a saturated softmax's gradient) are flushed to
+    zero while a Pyro fit runs (they made a step 2.5x slower), and torch's default comes back."""
+    torch = pytest.importorskip("torch")
+    be = bdl.backends.get("pyro")
+    tiny = torch.tensor(1e-39)  # subnormal in float32
+    assert float(tiny * 1.0) != 0.0
+    with be.scope():
+        with be.scope():  # nested scopes (a fit inside a fit's callback) switch it once
+            pass
+        assert float(tiny * 1.0) == 0.0
+    assert float(tiny * 1.0) != 0.0
