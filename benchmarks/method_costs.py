@@ -20,11 +20,11 @@ import time
 import ppl_bdl as bdl
 from ppl_bdl.models import bnn, regression
 
-METHODS = {
-    "nuts": dict(method="nuts", num_warmup=500, num_samples=500),
+METHODS = {  # NUTS last: on Pyro it is the long one
     "sgld": dict(method="sgld", num_warmup=2000, num_samples=1000, init="median"),
     "sghmc": dict(method="sghmc", num_warmup=2000, num_samples=1000, init="median"),
     "vi (meanfield)": dict(method="vi", num_steps=3000, num_samples=1000, lr=0.01),
+    "nuts": dict(method="nuts", num_warmup=500, num_samples=500),
 }
 
 
@@ -37,19 +37,15 @@ def main() -> None:
     backends = bdl.backends.available()
     for name in backends:
         bdl.backends.get(name).set_threads(1)
-    rows = {}
-    for method, options in METHODS.items():
-        chains = {} if options["method"] == "vi" else {"num_chains": 1}
-        for backend in backends:
+    for backend in backends:  # one line per fit as it ends
+        for method, options in METHODS.items():
+            chains = {} if options["method"] == "vi" else {"num_chains": 1}
             best = float("inf")
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 bdl.fit(bound, backend=backend, seed=0, progress=False, **chains, **options)
                 best = min(best, time.perf_counter() - start)
-            rows[method, backend] = best
-    print(f"{'method':<16}" + "".join(f"{b:>12}" for b in backends))
-    for method in METHODS:
-        print(f"{method:<16}" + "".join(f"{rows[method, b]:11.1f}s" for b in backends))
+            print(f"{backend:<10} {method:<16} {best:8.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,17 @@ def _check(backend: str, name: str, method: str, quick: bool) -> None:
     assert {"posterior", "log_likelihood", "observed_data"} <= set(idata.groups())
 
 
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("backend", BACKENDS)
+#: The third backend delegates to NumPyro's pieces: by default it runs one method of each kind
+#: (the native sampler, an SG-MCMC kernel, a guide); every method under -m slow.
+THIRD_BY_DEFAULT = {"nuts", "sghmc", "vi-meanfield"}
+QUICK_GRID = [
+    (b, m) if b != "jaxdelegate" or m in THIRD_BY_DEFAULT
+    else pytest.param(b, m, marks=pytest.mark.slow)
+    for b in BACKENDS for m in METHODS
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("backend", "method"), QUICK_GRID)
 def test_every_method_on_every_backend(backend, method):
     _check(backend, DEFAULT_MODEL, method, quick=True)
 

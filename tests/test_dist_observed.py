@@ -316,7 +316,9 @@ def _fit_families(backend, observed, latent):
     _check_latent_draws(post, moments=False)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "backend", [b if b == "pyro" else pytest.param(b, marks=pytest.mark.slow) for b in BACKENDS]
+)
 def test_the_new_families_as_observed_and_latent_sites_in_a_fit(backend):
     if backend == "numpyro":
         _fit_families(backend, OBSERVED_SUBSET, LATENT_SUBSET)

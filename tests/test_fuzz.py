@@ -35,7 +35,7 @@ VI = dict(guide="meanfield", num_steps=20, num_samples=20)
 #: a DistributionError (1), a ModelError (9), a Python-list parameter (13), fits in 2, 1 and 0
 #: plates (14, 33, 54), a DataError (65). A change to the generator changes what a
 #: seed makes: pick them again from a run of the slow seeds.
-DEFAULT_SEEDS = (1, 9, 13, 14, 33, 54, 65)
+DEFAULT_SEEDS = (1, 9, 14, 54, 65)
 SLOW_SEEDS = tuple(s for s in range(56) if s not in DEFAULT_SEEDS)
 
 

@@ -304,6 +304,7 @@ def test_evaluate_bernoulli_with_known_draws(backend):
         post.evaluate(logistic1)
 
 
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_evaluate_bnn_classifier_end_to_end(backend):
     X, y = bnn.make_blobs(n=40, num_classes=3, seed=0)
     X_test, y_test = bnn.make_blobs(n=30, num_classes=3, seed=1)

@@ -144,10 +144,12 @@ def test_the_rewrite_puts_numpy_on_both_sides_of_every_operator():
     assert len(CASES) == len(EXAMPLES) + 5
 
 
-#: The docs' regressions on every backend, every model on torch (the backend whose arrays did not
-#: take NumPy operands); -m slow: every model on every backend.
+#: By default: the docs' models on every backend, and on torch one shipped model of each kind
+#: (hierarchical, BNN, mixture with enumeration, scan); every model everywhere under -m slow.
+ON_TORCH = {"eight_schools_noncentered", "bnn_classification", "gaussian_mixture",
+            "stochastic_volatility", "kidiq"}  # fmt: skip
 DEFAULT = [(b, n) for b in bdl.backends.available() for n in sorted(CASES)
-           if b == "pyro" or n in ("docs:linreg", "docs:robust", "docs:weighted")]  # fmt: skip
+           if n.startswith("docs:") or (b == "pyro" and n in ON_TORCH)]  # fmt: skip
 REST = [(b, n) for b in bdl.backends.available() for n in sorted(CASES) if (b, n) not in DEFAULT]
 
 

@@ -167,6 +167,7 @@ def test_equinox_parameters_become_sites_and_the_forward_is_the_modules():
     np.testing.assert_allclose(apply_on(NUMPYRO, lifted, values, x), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # (the torch module's posterior predicts by default)
 def test_an_equinox_last_layer_posterior_predicts():
     X, y = make_blobs(n=150, num_classes=3, seed=0)
     X_test, y_test = make_blobs(n=90, num_classes=3, seed=1)

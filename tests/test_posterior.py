@@ -133,6 +133,7 @@ def test_predict_decomposes_variance(fitted):
     assert sub.draws["y"].shape == (17, 4)
 
 
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_classification_predict_entropies(backend):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, 3))

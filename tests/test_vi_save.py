@@ -23,7 +23,10 @@ def _data():
     return X, X @ np.array([1.0, -0.5]) + 0.3 * rng.normal(size=50)
 
 
-@pytest.mark.parametrize("guide, settings", [("lowrank", {"rank": 2}), ("flow", {"num_layers": 2})])
+@pytest.mark.parametrize(
+    "guide, settings",
+    [pytest.param("lowrank", {"rank": 2}, marks=pytest.mark.slow), ("flow", {"num_layers": 2})],
+)
 def test_vi_round_trip_rebuilds_the_guide(backend, guide, settings, tmp_path):
     X, y = _data()
     post = bdl.fit(regression(X, y), backend=backend, method="vi", guide=guide, num_steps=100,
