@@ -149,8 +149,11 @@ class PyroBackend(BackendBase):
         _FLUSH_DEPTH[0] += 1
         if _FLUSH_DEPTH[0] == 1:
             torch.set_flush_denormal(True)
+        # torch's device mode sees every torch call in Python (0.7-0.9 ms per LeNet-5 step):
+        # entered only when the fit's device is not torch's default already.
+        on_default = torch.get_default_device() == self.torch_device
         try:
-            with self.torch_device:
+            with contextlib.nullcontext() if on_default else self.torch_device:
                 yield
         finally:
             _FLUSH_DEPTH[0] -= 1
