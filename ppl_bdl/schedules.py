@@ -119,9 +119,13 @@ def cycle_length(num_steps: int, num_cycles: int) -> int:
 
 
 def _cycle_fraction(t, num_steps: int, num_cycles: int):
+    """mod(t, L) / L for a step counter t (an integer, possibly held as a float)."""
     length = cycle_length(num_steps, num_cycles)
     t = bm.asarray(t) * 1.0
-    return (t - bm.floor(t / length) * length) / length
+    # (t + ½) / L is never within rounding of an integer: a compiler that divides by multiplying
+    # with 1/L (XLA does) made floor(107 / 107) = 0, a fraction of 1 and a step size of 0 at the
+    # first step of every cycle after the first.
+    return (t - bm.floor((t + 0.5) / length) * length) / length
 
 
 def cyclical_step_size(step_size: float, num_steps: int, num_cycles: int) -> Schedule:

@@ -264,3 +264,35 @@ def test_diverging_chain_partial_posterior(backend):
     draws = err.partial.samples["w"]
     assert draws.shape[0] == 1 and 0 < draws.shape[1] < 200
     assert np.all(np.isfinite(draws))
+
+
+@pytest.mark.parametrize("length", [7, 107, 250, 1000])
+def test_the_cyclical_schedule_restarts_every_cycle_when_compiled(backend, length):
+    """α_t = α_0/2 [cos(π mod(t, L)/L) + 1]: α_0 at the first step of every cycle. (XLA divides by
+    multiplying with 1/L: a floor of t / L made the first step of a later cycle a step of 0.)"""
+    from ppl_bdl.schedules import cyclical_step_size
+
+    be = bdl.backends.get(backend)
+    schedule = cyclical_step_size(1.0, 3 * length, 3)
+    with be.activate():
+        sizes = be.to_numpy(be.jit(schedule)(be.asarray(np.arange(3.0 * length))))
+    t = np.arange(3 * length)
+    np.testing.assert_allclose(sizes, 0.5 * (np.cos(np.pi * (t % length) / length) + 1), atol=1e-6)
+
+
+def test_csghmc_crosses_into_its_second_cycle(backend):
+    """Two cycles of 107 steps: the run used to stop at step 107 on NumPyro (a step size of 0
+    made the kinetic energy infinite)."""
+    y = np.random.default_rng(0).normal(size=600)
+    post = bdl.fit(_mean3(y), backend=backend,
+                   method="csghmc", step_size=1e-4, num_cycles=2, num_warmup=0, num_samples=8,
+                   thinning=5, num_chains=1, batch_size=50, progress=False)  # fmt: skip
+    assert np.all(np.isfinite(post.sample_stats["kinetic_energy"]))
+    assert post.samples["mu"].shape == (1, 8, 3)
+
+
+@bdl.model
+def _mean3(y):
+    mu = bdl.sample("mu", dist.Normal(0.0, 1.0), shape=(3,))
+    with bdl.plate("data", y.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(mu.sum(), 1.0), obs=y[idx])
