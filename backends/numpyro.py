@@ -113,6 +113,7 @@ class NumPyroBackend(BackendBase):
     name = "numpyro"
     extra = "numpyro"
     vectorized_chains = True
+    asynchronous_loop = True
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self._jax_device = _resolve(device)
@@ -232,7 +233,7 @@ class NumPyroBackend(BackendBase):
         return fn
 
     def compile_loop(self, step, emit):
-        return compile_loop(step, emit, use_cond=self._jax_device.platform == "cpu")
+        return compile_loop(step, emit, on_cpu=self._jax_device.platform == "cpu")
 
     def optimizer(self, config):
         return build_optimizer(config)

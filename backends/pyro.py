@@ -126,6 +126,7 @@ class PyroBackend(BackendBase):
     name = "pyro"
     extra = "pyro"
     vectorized_chains = False
+    asynchronous_loop = False
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self.torch_device = _resolve(device)

@@ -52,7 +52,10 @@ class LoopResult(NamedTuple):
     kept draws, ``emit(carry)`` after each kept step, stacked (leading axis: ``num_rows``; the
     first ``kept`` are filled). ``failed_at``: the index of the first step whose ``ok`` was
     False, or -1. ``kept`` and ``failed_at`` may be backend scalars (read them with ``int``:
-    on an asynchronous backend that waits for the chunk).
+    on an asynchronous backend that waits for the chunk). ``failed_step_applied``: after a
+    failure, whether ``carry`` includes the failed step's update (a runner that does not gate
+    its updates); the driver then runs the chunk again from its start for ``failed_at`` steps,
+    which gives the state before it (the runner's arrays are never changed in place).
     """
 
     carry: PyTree
@@ -60,13 +63,16 @@ class LoopResult(NamedTuple):
     rows: PyTree
     failed_at: Any
     kept: Any
+    failed_step_applied: bool = False
 
 
 class Optimizer(NamedTuple):
-    """Optax's contract with a gate: ``init(params) -> state`` and
-    ``update(grads, state, params, apply) -> (params, state)``, where the update is applied only
-    where ``apply`` (a scalar boolean array) is true, so a non-finite gradient never reaches the
-    parameters."""
+    """Optax's contract, with a flag for in-place optimizers: ``init(params) -> state`` and
+    ``update(grads, state, params, apply) -> (params, state)``. ``apply`` (a scalar boolean
+    array) is False for a step whose loss or gradient is not finite: the driver stops there and
+    keeps the state from before it (see :class:`LoopResult`), so a functional optimizer (optax)
+    may update regardless, while one that changes the parameters in place (``torch.optim``)
+    must not change them."""
 
     init: Callable[[PyTree], PyTree]
     update: Callable[[PyTree, PyTree, PyTree, Any], tuple[PyTree, PyTree]]
@@ -184,6 +190,11 @@ class Arrays(Protocol):
 class Autodiff(Protocol):
     #: Whether chains run side by side in one vectorised loop (else one after another).
     vectorized_chains: bool
+    #: Whether a loop's runner returns before its chunk has run (JAX): the driver then queues
+    #: the next chunk before it reads one. A synchronous runner (torch) has run its chunk when
+    #: it returns, and its steps may change the state's arrays in place (an optimizer's
+    #: parameters): the driver reads each chunk before it runs the next.
+    asynchronous_loop: bool
 
     def value_and_grad(self, fn: Callable, has_aux: bool = False) -> Callable: ...
     def grad(self, fn: Callable) -> Callable: ...
@@ -200,9 +211,11 @@ class Autodiff(Protocol):
 
         ``runner(carry, xs, data, num_steps, num_rows) -> LoopResult``: runs the first
         ``num_steps`` entries of ``xs`` (a dict of per-step inputs, leading axis steps, with a
-        boolean ``"keep"``); a step whose ``ok`` is False, and every later one, leaves the carry
-        as it was; ``emit(carry)`` is kept after each kept step (at most ``num_rows``). ``data``
-        is passed to every step unchanged (not baked into the compiled program).
+        boolean ``"keep"``) and stops at the first step whose ``ok`` is False: that step's update
+        is either not kept or reported as applied (``LoopResult.failed_step_applied``), and no
+        later step changes the carry; ``emit(carry)`` is kept after each kept step (at most
+        ``num_rows``). ``data`` is passed to every step unchanged (not baked into the compiled
+        program).
         """
         ...
 

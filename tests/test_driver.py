@@ -15,14 +15,28 @@ from ppl_bdl.inference.vi import VIRun
 
 
 def test_loop_contract(backend):
-    """Rows at kept steps, the carry from before the first failed step, the real steps only."""
+    """Rows at kept steps, the real steps only, and a stop at the first failed step."""
     be = bdl.backends.get(backend)
+    _check_loop_contract(be, be.compile_loop(_grow, lambda carry: carry))
 
-    def step(carry, x, data):
-        new = carry + data * x["inc"]
-        return new, {"value": new}, be.math.isfinite(be.math.log(new))
 
-    runner = be.compile_loop(step, lambda carry: carry)
+@pytest.mark.parametrize("on_cpu", [True, False], ids=["while-loop", "scan"])
+def test_both_shapes_of_the_jax_loop_keep_the_contract(on_cpu):
+    """JAX's loop has a CPU shape (a while loop, ungated) and a GPU shape (a gated scan): both run
+    here, whatever the device."""
+    from ppl_bdl.backends._jax_loop import compile_loop
+
+    be = bdl.backends.get("numpyro")
+    runner = compile_loop(_grow, lambda carry: carry, on_cpu=on_cpu)
+    assert _check_loop_contract(be, runner).failed_step_applied is on_cpu
+
+
+def _grow(carry, x, data):
+    new = carry + data * x["inc"]
+    return new, {"value": new}, bm.isfinite(bm.log(new))
+
+
+def _check_loop_contract(be, runner):
     with be.scope(), be.activate():
         xs = {"inc": be.asarray(np.array([1.0, 2.0, 3.0, -100.0, 5.0])),
               "keep": be.asarray(np.array([True, False, True, True, True]))}  # fmt: skip
@@ -31,7 +45,12 @@ def test_loop_contract(backend):
         assert float(full.carry) == 12.0 and int(full.failed_at) == -1 and int(full.kept) == 2
         np.testing.assert_allclose(be.to_numpy(full.rows)[:2], [2.0, 12.0])
         failed = runner(be.asarray(0.0), xs, two, 5, 3)  # step 3 makes it negative: log is NaN
-        assert int(failed.failed_at) == 3 and float(failed.carry) == 12.0 and int(failed.kept) == 2
+        assert int(failed.failed_at) == 3 and int(failed.kept) == 2
+        np.testing.assert_allclose(be.to_numpy(failed.rows)[:2], [2.0, 12.0])
+        # The carry: the failed step's (-188) if the runner says it applied it, else the one
+        # before (12); no later step (+10) ran either way.
+        assert float(failed.carry) == (-188.0 if failed.failed_step_applied else 12.0)
+    return failed
 
 
 @bdl.model
@@ -125,3 +144,25 @@ def test_vi_stops_at_a_nan_loss(backend):
         bdl.fit(cliff(), backend=backend, method="vi", num_steps=500, lr=0.5, init_scale=2.0,
                 num_samples=10, progress=False)  # fmt: skip
     assert info.value.partial is not None
+
+
+def test_vi_keeps_the_parameters_from_before_the_failed_step(backend):
+    """The state a failed run keeps is the one ``failed_at`` steps give from the start (on JAX's
+    CPU loop, which applies the failed step, the driver re-runs the chunk up to it)."""
+
+    def run(num_steps):
+        setup = prepare(cliff(), backend, "float64", 0)
+        vi = VIRun(setup, 0, num_steps=500, lr=0.05, init_scale=0.1, chunk_size=16)
+        return vi, vi.steps(num_steps)
+
+    vi, (losses, failure) = run(500)
+    assert failure is not None and failure[1] == "nonfinite"
+    failed_at = failure[0]
+    assert failed_at > 16  # in a later chunk: the re-run starts from that chunk's start
+    kept = vi.fitted_guide().params
+    assert all(np.all(np.isfinite(v)) for v in kept.values())
+    fresh, (_, none) = run(failed_at)
+    assert none is None
+    expected = fresh.fitted_guide().params
+    for name in expected:
+        np.testing.assert_array_equal(kept[name], expected[name])

@@ -14,9 +14,11 @@ step keeps (the position; nothing for VI). :func:`run_chains` runs it:
 - with the data on the fit's device, passed to every step; only minibatch indices (one shuffle
   per epoch, :class:`~ppl_bdl.inference.minibatch.EpochBatches`) and the keep mask cross from the
   host, and only the kept steps' draws come back;
-- each chunk queued before the one before it is read (JAX runs them asynchronously);
+- each chunk queued before the one before it is read on an asynchronous backend (JAX);
 - stopping at the first step whose ``info`` holds a non-finite number (the potential, a
-  gradient norm, the loss), with that step and chain, or at Ctrl-C, keeping the draws before.
+  gradient norm, the loss), with that step and chain, or at Ctrl-C, keeping the draws before
+  (and the state before: from a runner that applied the failed step, as JAX's CPU loop does,
+  by running the chunk again up to it).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ConfigError
+from .chunk_readback import drop_last_draw, failed_chains, read_chunk
 from .minibatch import EpochBatches
 
 #: Steps per compiled chunk at most (the host reads results and shows progress per chunk).
@@ -88,7 +91,8 @@ class Failure:
 class RunResult:
     """Kept draws (chain, draw, ...), their infos (chain, draw), the final states of the last
     group of chains (backend arrays), and the failure, if any. After a failure the draws are those
-    kept before it: of the chains that kept any, cut to the same length."""
+    kept before it: of the chains that kept any, cut to the same length; the final state is
+    the one before it if asked for (``run_chains(keep_final_state=True)``), else None."""
 
     draws: np.ndarray | None
     infos: dict[str, np.ndarray]
@@ -150,19 +154,23 @@ def _is_floating(value) -> bool:
 class _Chunk(NamedTuple):
     start: int
     steps: int
+    carry: Any  # the state the chunk started from
+    xs: dict  # its per-step inputs
     result: Any
 
 
 def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
     batches: Callable[[int], EpochBatches | None], name: str, progress: bool = False,
-    chain_ids: list[int] | None = None, trace_infos: bool = False,
+    chain_ids: list[int] | None = None, trace_infos: bool = False, keep_final_state: bool = False,
 ) -> RunResult:  # fmt: skip
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
     ``batches(chain)`` gives a chain's minibatch indices (None: full batch); with
     ``trace_infos`` the infos of every step run (not only the kept ones) come back too
-    (``step_infos``, e.g. VI's losses)."""
+    (``step_infos``, e.g. VI's losses). After a failure, ``final_state`` is the state before
+    the failed step with ``keep_final_state`` (VI's parameters; on a runner that applied the
+    step this runs the chunk again up to it), else None."""
     chains = list(range(len(positions))) if chain_ids is None else chain_ids
     vectorised = backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
@@ -174,7 +182,7 @@ def run_chains(
             rows = [positions[chains.index(c)] for c in group]
             out = _run_group(
                 backend, transition, runners, np.stack(rows), group, seed, plan, data,
-                [batches(c) for c in group], vectorised, bar, trace_infos,
+                [batches(c) for c in group], vectorised, bar, trace_infos, keep_final_state,
             )  # fmt: skip
             draws += out.draws
             infos += out.infos
@@ -214,7 +222,7 @@ class _GroupResult(NamedTuple):
 
 def _run_group(
     backend, transition, runners, positions, group, seed, plan, data, batches, vectorised, bar,
-    trace_infos,
+    trace_infos, keep_final_state,
 ) -> _GroupResult:  # fmt: skip
     be = backend
     with be.scope(), be.activate():
@@ -239,13 +247,13 @@ def _run_group(
             xs = _inputs(be, plan, start, steps, batches, vectorised)
             xs["key"] = _step_keys(be, chain_keys, start, plan.chunk, vectorised)
             state = carry if previous is None else previous.result.carry
-            return _Chunk(start, steps, runner(state, xs, data, steps, plan.rows))
+            return _Chunk(start, steps, state, xs, runner(state, xs, data, steps, plan.rows))
 
     draws, infos = [[] for _ in group], [[] for _ in group]
     traced = [[] for _ in group] if trace_infos else None
     failure, final = None, carry
     start = 0
-    queued = _run_ahead(dispatch, range(0, plan.num_steps, plan.chunk))
+    queued = _queue(dispatch, range(0, plan.num_steps, plan.chunk), be.asynchronous_loop)
     while start < plan.num_steps:
         try:
             chunk = next(queued)
@@ -254,13 +262,18 @@ def _run_group(
             failure = Failure(start, group[:1], "interrupted")
             break
         final = chunk.result.carry["state"]
-        _read_chunk(be, chunk, plan, failed_at, kept, vectorised, draws, infos, traced)
+        read_chunk(be, chunk, plan, failed_at, kept, vectorised, draws, infos, traced)
         if failed_at >= 0:
+            if not keep_final_state:
+                final = None
+            elif chunk.result.failed_step_applied:
+                with be.scope(), be.activate():
+                    final = _state_before(runner, chunk, failed_at, data, plan.rows)
             step_infos = {k: np.asarray(be.to_numpy(v)) for k, v in chunk.result.infos.items()}
-            bad = _failed_chains(step_infos, failed_at, vectorised)
+            bad = failed_chains(step_infos, failed_at, vectorised)
             failure = Failure(start + failed_at, [group[i] for i in bad] or group[:1], "nonfinite")
             if start + failed_at >= 1 and plan.keep[start + failed_at - 1]:
-                _drop_last_draw(draws, infos)  # its position is where the potential is not finite
+                drop_last_draw(draws, infos)  # its position is where the potential is not finite
             break
         start += chunk.steps
         if bar is not None:
@@ -305,6 +318,18 @@ def _step_keys(be, chain_keys: list, start: int, steps: int, vectorised: bool):
     return per_chain[0]
 
 
+def _state_before(runner, chunk: _Chunk, failed_at: int, data, rows: int):
+    """The state before the chunk's step ``failed_at``, from a runner that applied that step:
+    the chunk again from its start, ``failed_at`` steps (the same program on the same inputs; on
+    a device whose results vary between runs it may fail sooner, and then stops there)."""
+    while True:
+        result = runner(chunk.carry, chunk.xs, data, failed_at, rows)
+        failed_again = int(result.failed_at)
+        if failed_again < 0 or not result.failed_step_applied:
+            return result.carry["state"]
+        failed_at = failed_again
+
+
 def _emit(transition: Transition):
     return lambda carry: transition.emit(carry["state"])
 
@@ -321,56 +346,15 @@ def _inputs(be, plan: RunPlan, start: int, steps: int, batches, vectorised: bool
     return xs
 
 
-def _read_chunk(be, chunk: _Chunk, plan, failed_at, kept, vectorised, draws, infos, traced):
-    """Append the chunk's kept draws and their infos (and every step's infos to ``traced``),
-    per chain."""
-    end = chunk.steps if failed_at < 0 else failed_at
-    keep = plan.keep[chunk.start : chunk.start + end]
-    if chunk.result.infos is None or (kept == 0 and traced is None):
+def _queue(dispatch, starts, ahead: bool):
+    """Yield ``dispatch(start, previous)`` for each start; ``ahead`` (an asynchronous loop):
+    with the next chunk already queued, so the device never waits for the host to read one."""
+    if not ahead:  # a chunk that failed must not be run on from (its state may be in place)
+        previous = None
+        for start in starts:
+            previous = dispatch(start, previous)
+            yield previous
         return
-    step_infos = {k: np.asarray(be.to_numpy(v))[:end] for k, v in chunk.result.infos.items()}
-
-    def per_chain(values: dict, i: int) -> dict:
-        return {k: (v[:, i] if vectorised else v) for k, v in values.items()}
-
-    if traced is not None:
-        for i in range(len(traced)):
-            traced[i].append(per_chain(step_infos, i))
-    if kept == 0 or chunk.result.rows is None:
-        return
-    rows = np.asarray(be.to_numpy(chunk.result.rows))[:kept]
-    kept_infos = {k: v[keep] for k, v in step_infos.items()}
-    for i in range(len(draws)):
-        draws[i].append(rows[:, i] if vectorised else rows)
-        infos[i].append(per_chain(kept_infos, i))
-
-
-def _drop_last_draw(draws: list, infos: list) -> None:
-    for chain_draws, chain_infos in zip(draws, infos, strict=True):
-        while chain_draws and len(chain_draws[-1]) == 0:
-            chain_draws.pop()
-            chain_infos.pop()
-        if chain_draws:
-            chain_draws[-1] = chain_draws[-1][:-1]
-            chain_infos[-1] = {k: v[:-1] for k, v in chain_infos[-1].items()}
-
-
-def _failed_chains(step_infos: dict, failed_at: int, vectorised: bool) -> list[int]:
-    """The chains whose info is not finite at the failed step."""
-    bad = None
-    for value in step_infos.values():
-        if not np.issubdtype(value.dtype, np.floating):
-            continue
-        row = value[failed_at]
-        row = row.reshape(row.shape[0], -1) if vectorised else row.reshape(1, -1)
-        finite = np.isfinite(row).all(axis=1)
-        bad = ~finite if bad is None else bad | ~finite
-    return [] if bad is None else [int(i) for i in np.flatnonzero(bad)]
-
-
-def _run_ahead(dispatch, starts):
-    """Yield ``dispatch(start, previous)`` for each start with the next chunk already queued:
-    on an asynchronous backend the device never waits for the host to read a chunk."""
     previous, pending = None, None
     for start in starts:
         previous = dispatch(start, previous)

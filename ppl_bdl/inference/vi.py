@@ -206,7 +206,7 @@ class VIRun:
             transition = Transition(lambda *args: state, transition.step, transition.emit)
         run = run_chains(
             be, transition, np.zeros((1, 1)), self.seed + self._calls, plan, self.density.data,
-            lambda chain: self._batches, "vi", progress, trace_infos=True,
+            lambda chain: self._batches, "vi", progress, trace_infos=True, keep_final_state=True,
         )  # fmt: skip
         self._calls += 1
         self.state = run.final_state
