@@ -17,6 +17,7 @@ Example
 from . import constraints
 from .base import Distribution
 from .families import (
+    LKJ,
     Bernoulli,
     Beta,
     BetaBinomial,
@@ -37,11 +38,10 @@ from .families import (
     HalfStudentT,
     ImproperUniform,
     InverseGamma,
-    LKJ,
-    LKJCholesky,
     Laplace,
-    LogNormal,
+    LKJCholesky,
     Logistic,
+    LogNormal,
     LowRankMultivariateNormal,
     MixtureSameFamily,
     Multinomial,
