@@ -166,3 +166,36 @@ def test_vi_keeps_the_parameters_from_before_the_failed_step(backend):
     expected = fresh.fitted_guide().params
     for name in expected:
         np.testing.assert_array_equal(kept[name], expected[name])
+
+
+def test_ctrl_c_during_the_re_run_keeps_the_failed_chunk_start(monkeypatch):
+    """JAX's CPU loop applies the failed step; if Ctrl-C stops the re-run that recovers the state
+    before it, the state the failed chunk started from is kept (an earlier, finite state)."""
+    be = bdl.backends.get("numpyro")
+    original = type(be).compile_loop
+
+    def compile_loop(self, step, emit):
+        runner = original(self, step, emit)
+
+        def interrupting(carry, xs, data, num_steps, num_rows):
+            if num_steps != 16:  # the re-run: as many steps as came before the failed one
+                raise KeyboardInterrupt
+            return runner(carry, xs, data, num_steps, num_rows)
+
+        return interrupting
+
+    def run(num_steps):
+        setup = prepare(cliff(), "numpyro", "float64", 0)
+        vi = VIRun(setup, 0, num_steps=496, lr=0.05, init_scale=0.1, chunk_size=16)
+        return vi, vi.steps(num_steps)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(type(be), "compile_loop", compile_loop)
+        vi, (_, failure) = run(496)
+    assert failure is not None and failure[1] == "nonfinite" and failure[0] % 16 != 0
+    chunk_start = failure[0] - failure[0] % 16
+    fresh, _ = run(chunk_start)
+    fresh_start = fresh.fitted_guide().params
+    kept = vi.fitted_guide().params
+    for name in fresh_start:
+        np.testing.assert_array_equal(kept[name], fresh_start[name])

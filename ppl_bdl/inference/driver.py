@@ -267,8 +267,11 @@ def _run_group(
             if not keep_final_state:
                 final = None
             elif chunk.result.failed_step_applied:
-                with be.scope(), be.activate():
-                    final = _state_before(runner, chunk, failed_at, data, plan.rows)
+                try:
+                    with be.scope(), be.activate():
+                        final = _state_before(runner, chunk, failed_at, data, plan.rows)
+                except KeyboardInterrupt:  # during the re-run: the state the chunk started from
+                    final = chunk.carry["state"]
             step_infos = {k: np.asarray(be.to_numpy(v)) for k, v in chunk.result.infos.items()}
             bad = failed_chains(step_infos, failed_at, vectorised)
             failure = Failure(start + failed_at, [group[i] for i in bad] or group[:1], "nonfinite")
