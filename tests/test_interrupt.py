@@ -25,9 +25,9 @@ class _Interrupt:
         raise KeyboardInterrupt
 
 
-def _interrupt_second_chunk(monkeypatch, backend_name):
+def _interrupt_second_chunk(monkeypatch, backend_name, chunk: int = 2):
     """Make the backend's compiled loops raise KeyboardInterrupt when the driver reads the
-    result of their second chunk."""
+    result of their second (or ``chunk``-th) chunk."""
     be = bdl.backends.get(backend_name)
     original = type(be).compile_loop
 
@@ -38,7 +38,7 @@ def _interrupt_second_chunk(monkeypatch, backend_name):
         def interrupted(*args, **kwargs):
             calls["n"] += 1
             result = runner(*args, **kwargs)
-            if calls["n"] == 2:
+            if calls["n"] == chunk:
                 return LoopResult(result.carry, result.infos, result.rows, _Interrupt(), 0)
             return result
 
@@ -66,6 +66,16 @@ def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
     partial = info.value.partial
     assert partial.losses.shape == (200,)
     assert partial.samples["mu"].shape == (1, 10)
+
+
+def test_vi_interrupted_in_its_first_chunk_keeps_the_initial_parameters(backend, monkeypatch):
+    _interrupt_second_chunk(monkeypatch, backend, chunk=1)
+    with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
+        bdl.fit(mean_model(Y), backend=backend, method="vi", num_steps=1000, lr=0.05,
+                chunk_size=200, num_samples=10, progress=False)  # fmt: skip
+    partial = info.value.partial
+    assert partial.losses.shape == (0,)
+    assert partial.samples["mu"].shape == (1, 10) and np.all(np.isfinite(partial.samples["mu"]))
 
 
 def test_nuts_interrupted_keeps_draws(backend, monkeypatch):

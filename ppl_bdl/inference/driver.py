@@ -251,7 +251,7 @@ def _run_group(
 
     draws, infos = [[] for _ in group], [[] for _ in group]
     traced = [[] for _ in group] if trace_infos else None
-    failure, final = None, carry
+    failure, final = None, carry["state"]
     start = 0
     queued = _queue(dispatch, range(0, plan.num_steps, plan.chunk), be.asynchronous_loop)
     while start < plan.num_steps:
