@@ -79,11 +79,7 @@ def _while_run(step, emit):
             carry, rows, infos, slot, t, failed_at = state
             x = _at(xs, t)
             new, info, ok = step(carry, x, data)
-            infos = jax.tree_util.tree_map(
-                lambda b, v: lax.dynamic_update_index_in_dim(b, v.astype(b.dtype), t, 0),
-                infos,
-                info,
-            )
+            infos = _write(infos, t, info)
             keep = ok & x["keep"]
             rows = lax.cond(keep, lambda b: _write(b, slot, emit(new)), lambda b: b, rows)
             failed_at = jnp.where(ok, failed_at, t)
@@ -129,9 +125,12 @@ def _row_buffers(example, num_rows: int):
     )
 
 
-def _write(rows, slot, value):
+def _write(buffers, index, value):
+    """``value`` written into row ``index`` of ``buffers`` (a tree of stacked arrays)."""
     return jax.tree_util.tree_map(
-        lambda b, v: lax.dynamic_update_index_in_dim(b, v.astype(b.dtype), slot, 0), rows, value
+        lambda b, v: lax.dynamic_update_index_in_dim(b, v.astype(b.dtype), index, 0),
+        buffers,
+        value,
     )
 
 

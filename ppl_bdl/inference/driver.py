@@ -325,12 +325,10 @@ def _state_before(runner, chunk: _Chunk, failed_at: int, data, rows: int):
     """The state before the chunk's step ``failed_at``, from a runner that applied that step:
     the chunk again from its start, ``failed_at`` steps (the same program on the same inputs; on
     a device whose results vary between runs it may fail sooner, and then stops there)."""
-    while True:
-        result = runner(chunk.carry, chunk.xs, data, failed_at, rows)
-        failed_again = int(result.failed_at)
-        if failed_again < 0 or not result.failed_step_applied:
-            return result.carry["state"]
-        failed_at = failed_again
+    result = runner(chunk.carry, chunk.xs, data, failed_at, rows)
+    while int(result.failed_at) >= 0:
+        result = runner(chunk.carry, chunk.xs, data, int(result.failed_at), rows)
+    return result.carry["state"]
 
 
 def _emit(transition: Transition):
