@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from .diagnostics import Diagnostics
+
 
 @dataclass
 class Posterior:
@@ -34,6 +36,9 @@ class Posterior:
         JSON-compatible values; they are saved with the posterior.
     guide, losses
         For VI: the fitted guide and the loss (negative objective) per step.
+    diagnostics : Diagnostics
+        What the checks after the fit found (:mod:`ppl_bdl.diagnostics`): R-hat, ESS,
+        divergences, tree depth, acceptance; VI's loss curve and Pareto k̂. Empty when clean.
 
     Example
     -------
@@ -64,6 +69,7 @@ class Posterior:
     losses: np.ndarray | None = None
     model_name: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
     def __post_init__(self):
         if self.model is not None and not self.model_name:
