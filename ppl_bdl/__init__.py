@@ -19,6 +19,7 @@ Example
 
 from . import backends, dist, guides, kernels, math, nn, random
 from .control_flow import scan
+from .diagnostics import ConvergenceError, ConvergenceWarning, Diagnostics
 from .errors import (
     BackendError,
     ConfigError,
@@ -28,7 +29,7 @@ from .errors import (
     ModelError,
     PPLError,
 )
-from .fit import fit
+from .fit import CostWarning, fit
 from .guides.custom import guide
 from .model import BoundModel, Model, model
 from .persistence import load
@@ -42,6 +43,10 @@ __all__ = [
     "BackendError",
     "BoundModel",
     "ConfigError",
+    "ConvergenceError",
+    "ConvergenceWarning",
+    "CostWarning",
+    "Diagnostics",
     "DataError",
     "DistributionError",
     "InferenceError",

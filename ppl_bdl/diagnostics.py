@@ -103,3 +103,237 @@ class Diagnostics(tuple):
 
     def __repr__(self) -> str:
         return f"Diagnostics({list(self)!r})"
+
+
+# -- thresholds --------------------------------------------------------------------------------
+#: R-hat above this flags a site (Vehtari et al. 2021, Section 4: 1.01).
+RHAT_MAX = 1.01
+#: Bulk and tail ESS below this many per chain flag a site (Vehtari et al. 2021: 100 per chain).
+ESS_PER_CHAIN_MIN = 100
+#: Coordinates of one site that R-hat and ESS are computed on; larger sites are checked on a
+#: fixed random subset of this many (a network's weights: the check must cost less than the fit).
+MAX_CHECKED_ELEMENTS = 256
+#: Fraction of draws at the maximum tree depth above which NUTS is flagged.
+TREE_DEPTH_FRACTION = 0.0
+#: Mean acceptance further than this from ``target_accept`` is flagged.
+ACCEPTANCE_GAP = 0.15
+#: Pareto k̂ above this flags the guide (Vehtari et al. 2024, Section 3.2.4: 0.7).
+KHAT_MAX = 0.7
+#: VI: the loss "has not flattened" when, between the two halves of the last 10% of the steps,
+#: its mean fell by more than this fraction of its whole fall so far (the smoothed loss's first
+#: value minus its minimum; the 1% of ADVI's relative-change stopping rule, Kucukelbir et al.
+#: 2017, Section 3.5, made independent of the loss's arbitrary offset), and by more than 3
+#: standard errors of the loss's noise.
+VI_RELATIVE_CHANGE = 0.01
+#: VI: the loss "ended far above its running minimum" when the mean of its last 10% of steps is
+#: above the lowest mean of any such window by more than this many standard errors of a window
+#: mean (and by more than 0.1% of the minimum's size).
+VI_ABOVE_MINIMUM_SE = 5.0
+
+
+def check_fit(post, log_weights=None) -> Diagnostics:
+    """Every check that applies to ``post``'s method: MCMC (NUTS, HMC, SG-MCMC) or VI.
+
+    ``log_weights`` are log p(x, θ_s) - log q(θ_s) at draws from a VI guide, for Pareto k̂
+    (:func:`ppl_bdl.inference.psis.importance_log_weights`); None skips that check.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from ppl_bdl.posterior import Posterior
+    >>> rng = np.random.default_rng(0)
+    >>> stuck = np.stack([rng.normal(0, 1, 400), rng.normal(5, 1, 400)])  # two chains apart
+    >>> check_fit(Posterior(samples={"mu": stuck}, method="sgld")).kinds()
+    ['rhat', 'ess_bulk']
+    """
+    if post.method == "vi":
+        return Diagnostics(vi_findings(post.losses, post.settings, log_weights))
+    findings = mcmc_findings(post)
+    findings += sampler_findings(post.sample_stats, post.method, post.settings)
+    return Diagnostics(findings)
+
+
+def mcmc_findings(post) -> list[Finding]:
+    """R-hat (two chains or more) and bulk/tail ESS per chain of every latent site."""
+    import warnings
+
+    import arviz as az
+    import numpy as np
+
+    names = [n for n in post.latent_names if n in post.samples]
+    arrays = {}
+    for name in names:
+        draws = np.asarray(post.samples[name])
+        if draws.ndim < 2 or not np.issubdtype(draws.dtype, np.floating):
+            continue  # discrete draws (enumerated sites) are not checked for mixing
+        flat = draws.reshape(draws.shape[:2] + (-1,))
+        if flat.shape[-1] > MAX_CHECKED_ELEMENTS:
+            pick = np.random.default_rng(0).choice(flat.shape[-1], MAX_CHECKED_ELEMENTS, False)
+            flat = flat[..., np.sort(pick)]
+        arrays[name] = flat
+    chains = post.num_chains if post.samples else 0
+    draws = post.num_draws if post.samples else 0
+    if not arrays or draws < 4:
+        return []
+    dataset = az.convert_to_dataset({k: v for k, v in arrays.items()})
+    findings = []
+    with warnings.catch_warnings():  # constant sites give NaN with a RuntimeWarning
+        warnings.simplefilter("ignore")
+        if chains >= 2:
+            rhat = _worst(az.rhat(dataset), max)
+            bad = {n: v for n, v in rhat.items() if v > RHAT_MAX}
+            if bad:
+                findings.append(Finding(
+                    "rhat", _by_value(bad, reverse=True), max(bad.values()), RHAT_MAX,
+                    "the chains disagree (not mixed, or stuck in different modes); run more "
+                    "warmup and samples, or reparameterise",
+                ))  # fmt: skip
+        for kind in ("bulk", "tail"):
+            ess = _worst(az.ess(dataset, method=kind), min)
+            bad = {n: v / chains for n, v in ess.items() if v / chains < ESS_PER_CHAIN_MIN}
+            if bad:
+                findings.append(Finding(
+                    f"ess_{kind}", _by_value(bad), min(bad.values()), ESS_PER_CHAIN_MIN,
+                    "too few effective draws for reliable "
+                    + ("means and sds" if kind == "bulk" else "intervals and tail quantiles")
+                    + "; run more samples (or thin less), or raise the step size",
+                ))  # fmt: skip
+    return findings
+
+
+def sampler_findings(stats: dict, method: str, settings: dict) -> list[Finding]:
+    """Divergences, saturated tree depth and acceptance of NUTS/HMC draws."""
+    import numpy as np
+
+    findings = []
+    if "diverging" in stats:
+        count = int(np.sum(stats["diverging"]))
+        if count:
+            findings.append(Finding(
+                "divergences", (), count, 0,
+                "the sampler met curvature it cannot follow, so the posterior may be biased; "
+                "raise target_accept (e.g. 0.95) or reparameterise (non-centred)",
+            ))  # fmt: skip
+    if method == "nuts" and "tree_depth" in stats:
+        depth = int(settings.get("max_tree_depth", 10))
+        share = float(np.mean(np.asarray(stats["tree_depth"]) >= depth))
+        if share > TREE_DEPTH_FRACTION:
+            findings.append(Finding(
+                "tree_depth", (), share, TREE_DEPTH_FRACTION,
+                f"trajectories were cut at max_tree_depth={depth} (each such draw cost "
+                f"{2**depth - 1} gradient evaluations, and the chain explores slowly); for a "
+                "network use method='sghmc' or 'vi', otherwise raise max_tree_depth or "
+                "reparameterise",
+            ))  # fmt: skip
+    if method in ("nuts", "hmc") and "acceptance_rate" in stats:
+        target = float(settings.get("target_accept", 0.8))
+        mean = float(np.mean(stats["acceptance_rate"]))
+        if abs(mean - target) > ACCEPTANCE_GAP:
+            findings.append(Finding(
+                "acceptance", (), mean, target,
+                "the step size did not adapt to the target; run a longer warmup"
+                + (", or set a smaller step_size" if mean < target else ""),
+            ))  # fmt: skip
+    return findings
+
+
+def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
+    """VI's checks: a run stopped on a diverging loss, a loss that ended far above its running
+    minimum or has not flattened, and the Pareto k̂ of the importance weights."""
+    import numpy as np
+
+    findings = []
+    losses = np.asarray(losses if losses is not None else [], dtype=float)
+    if settings.get("stop_reason") == "diverging":
+        best = settings.get("best_step")
+        findings.append(Finding(
+            "vi_diverged", (), float(settings.get("stopped_at") or len(losses)), 0,
+            f"the run stopped there and returned the guide at step {best}, its best smoothed "
+            "loss; lower lr, or set clip_norm",
+        ))  # fmt: skip
+    elif losses.size >= 50:
+        findings += _loss_curve_findings(losses)
+    if log_weights is not None:
+        khat = pareto_khat(log_weights)
+        if khat > KHAT_MAX:
+            findings.append(Finding(
+                "psis_khat", (), khat, KHAT_MAX,
+                "the guide is far from the posterior where it matters (importance weights "
+                "p/q with a heavy tail): trust its means more than its tails; try a richer "
+                "guide (lowrank, flow) or MCMC",
+            ))  # fmt: skip
+    return findings
+
+
+def _loss_curve_findings(losses) -> list[Finding]:
+    """The loss curve's two checks, on windows of the last 10% of the steps: the loss ended far
+    above its running minimum, or it still falls (see the thresholds above)."""
+    import numpy as np
+
+    n = losses.size
+    window = max(10, n // 10)
+    tail = losses[-window:]
+    # The noise of one step's loss around the tail's trend; a window mean has it / sqrt(window).
+    steps = np.arange(window)
+    residual = tail - np.polyval(np.polyfit(steps, tail, 1), steps)
+    noise = float(residual.std())
+    smoothed = np.convolve(losses, np.ones(window) / window, mode="valid")
+    lowest, fall = float(smoothed.min()), float(smoothed[0] - smoothed.min())
+    findings = []
+    above = float(smoothed[-1] - lowest)
+    limit = max(VI_ABOVE_MINIMUM_SE * noise / np.sqrt(window), 1e-3 * abs(lowest))
+    if above > limit:
+        findings.append(Finding(
+            "vi_above_minimum", (), above, limit,
+            "the loss rose after its minimum; lower lr or use schedule='cosine'",
+        ))  # fmt: skip
+    half = window // 2
+    decrease = float(tail[:half].mean() - tail[half:].mean())
+    change = decrease / fall if fall > 0 else 0.0
+    if change > VI_RELATIVE_CHANGE and decrease > 3 * noise * np.sqrt(2.0 / half):
+        findings.append(Finding(
+            "vi_not_flat", (), change, VI_RELATIVE_CHANGE,
+            "the fit has not converged; run more num_steps (or a larger lr)",
+        ))  # fmt: skip
+    return findings
+
+
+def pareto_khat(log_weights) -> float:
+    """Pareto k̂ of importance weights given as logs, by PSIS as ArviZ computes it.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> round(pareto_khat(np.random.default_rng(0).normal(size=1000) * 0.1), 1) < 0.5
+    True
+    """
+    import warnings
+
+    import arviz as az
+    import numpy as np
+
+    log_weights = np.asarray(log_weights, dtype=float).reshape(-1)
+    if not np.all(np.isfinite(log_weights)):
+        return float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, khat = az.psislw(log_weights - log_weights.max())
+    return float(np.asarray(khat))
+
+
+def _worst(dataset, pick) -> dict[str, float]:
+    """Per variable, the worst value over its elements (NaN elements, constant sites, skipped)."""
+    import numpy as np
+
+    out = {}
+    for name, values in dataset.data_vars.items():
+        finite = np.asarray(values.values, dtype=float)
+        finite = finite[np.isfinite(finite)]
+        if finite.size:
+            out[str(name)] = float(pick(finite))
+    return out
+
+
+def _by_value(values: dict[str, float], reverse: bool = False) -> tuple[str, ...]:
+    """Site names, the worst first."""
+    return tuple(sorted(values, key=values.get, reverse=reverse))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 from . import kernels
@@ -44,6 +45,8 @@ def fit(
     device: str | None = None,
     progress: bool | None = None,
     log_likelihood: bool = True,
+    strict: bool = False,
+    hold_params: bool = False,
     **options: Any,
 ):
     """Fit a bound model on ``backend`` ("pyro" or "numpyro") with ``method``.
@@ -65,8 +68,11 @@ def fit(
         ``init_loc``) are errors there, not silently ignored.
     seed : int
         Same seed, same backend: same draws.
-    init : "uniform" | "prior" | "median" | dict | Posterior
-        Initial point of each chain (default "uniform").
+    init : "median" | "uniform" | "prior" | dict | Posterior
+        Initial point of each chain (default "median": the prior's centre, from prior draws, with
+        a jitter of 0.1 prior standard deviations per chain; where networks are started, and a
+        sound start for small models; "uniform": uniform on [-2, 2] in the unconstrained space,
+        Stan's overdispersed start).
     precision : "float32" | "float64"
     device : str, optional
         Where the data and the computation live: "cpu", "cuda", "cuda:1", ... (None: the
@@ -77,6 +83,16 @@ def fit(
     log_likelihood : bool
         Keep the pointwise log-likelihood for ArviZ (LOO, WAIC); it is computed the first time it
         is read. False: never.
+    strict : bool
+        After every fit the result is checked (:mod:`ppl_bdl.diagnostics`: R-hat, ESS,
+        divergences, tree depth, acceptance; VI's loss curve and Pareto k̂). The findings are in
+        ``post.diagnostics`` and are warned as one :class:`~ppl_bdl.diagnostics.ConvergenceWarning`;
+        ``strict=True`` raises them as a :class:`~ppl_bdl.diagnostics.ConvergenceError` instead
+        (the posterior in ``error.partial``), for pipelines.
+    hold_params : bool
+        MCMC only: a model's ``bdl.param`` sites are not sampled; NUTS, HMC and SG-MCMC refuse
+        such a model unless ``hold_params=True`` says to hold them at their initial values. (VI
+        fits them as point estimates.)
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
         ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or
@@ -101,6 +117,8 @@ def fit(
     (2, 200)
     """
     progress = _want_progress(progress)
+    if not isinstance(strict, bool):
+        raise ConfigError(f"strict must be True or False, got {strict!r}.")
     settings = dict(method=method, backend=backend, precision=precision, device=device,
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
     if method == "vi":
@@ -120,12 +138,18 @@ def fit(
                 "steps (no warmup, no chain to thin) from init_loc ('median', 'prior', a dict of "
                 "site values or a flat array). Leave them out."
             )
+        if hold_params:
+            raise ConfigError(
+                "hold_params=True does not apply to method='vi': VI fits the model's bdl.param "
+                "sites as point estimates. Leave it out."
+            )
         setup = prepare(bound, backend, precision, seed, device)
         setup.settings.update(settings, num_samples=num_samples, **_where(setup))
-        return run_vi(
+        post = run_vi(
             setup, num_samples=_positive_int("num_samples", num_samples), seed=seed,
             progress=progress, log_likelihood=log_likelihood, **options
         )  # fmt: skip
+        return _diagnose(post, setup, strict)
     entry = kernels.get(method)
     num_chains = _positive_int("num_chains", 4 if num_chains is None else num_chains)
     num_warmup = _positive_int("num_warmup", 1000 if num_warmup is None else num_warmup, minimum=0)
@@ -136,7 +160,7 @@ def fit(
         num_chains=num_chains,
         thinning=thinning,
         seed=seed,
-        init="uniform" if init is None else init,
+        init="median" if init is None else init,
         progress=progress,
         log_likelihood=log_likelihood,
     )
@@ -150,13 +174,72 @@ def fit(
     setup = prepare(bound, backend, precision, seed, device)
     setup.settings.update(settings, num_warmup=num_warmup, num_samples=num_samples,
                           num_chains=num_chains, thinning=thinning, **_where(setup))  # fmt: skip
+    _check_params(setup, method, hold_params)
     if entry.kind == "native":
         from .inference.native_mcmc import run_native_mcmc
 
-        return run_native_mcmc(setup, method, **common, **options)
-    from .inference.sgmcmc import run_sgmcmc
+        _warn_cost(setup, method)
+        post = run_native_mcmc(setup, method, **common, **options)
+    else:
+        from .inference.sgmcmc import run_sgmcmc
 
-    return run_sgmcmc(setup, entry, **common, **options)
+        post = run_sgmcmc(setup, entry, **common, **options)
+    return _diagnose(post, setup, strict)
+
+
+#: Latent dimensions above which NUTS/HMC warn before they start: every draw costs up to
+#: 2^max_tree_depth gradients of the full data, which on a network's posterior is the usual case.
+NUTS_DIM_WARNING = 500
+
+
+class CostWarning(UserWarning):
+    """A fit is set up in a way that will cost far more than an alternative that suits it."""
+
+
+def _warn_cost(setup, method: str) -> None:
+    dim = setup.layout.dim
+    if dim > NUTS_DIM_WARNING:
+        warnings.warn(
+            f"{method.upper()} on {setup.bound.name!r}: {dim} latent dimensions (> "
+            f"{NUTS_DIM_WARNING}). Each draw costs up to 2^max_tree_depth full-data gradients "
+            "and, on a network's posterior, usually hits that depth: expect hours. Use "
+            "method='sghmc' (or 'sgld', 'csghmc') with batch_size=..., or method='vi'; or set "
+            "max_tree_depth=5 to bound the cost.",
+            CostWarning,
+            stacklevel=3,
+        )
+
+
+def _check_params(setup, method: str, hold_params: bool) -> None:
+    """MCMC samples latent sites only: a model's ``bdl.param`` sites would be held at their
+    initial values, which is said and refused unless ``hold_params=True``."""
+    if setup.params and not hold_params:
+        names = sorted(setup.params)
+        raise ConfigError(
+            f"model {setup.bound.name!r} has bdl.param site(s) {names}; method={method!r} "
+            "samples latent sites only and would hold them at their initial values. Fit them "
+            "with method='vi' (point estimates; guide='delta' for MAP), make them latent "
+            "(bdl.sample with a prior), or pass hold_params=True to hold them at the init "
+            "given to bdl.param (e.g. a value a VI fit found: post.params)."
+        )
+
+
+def _diagnose(post, setup, strict: bool):
+    """Check the fit (:mod:`ppl_bdl.diagnostics`): keep the findings, warn or raise them."""
+    from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
+
+    log_weights = None
+    if post.method == "vi":
+        from .inference.psis import importance_log_weights
+
+        log_weights = importance_log_weights(setup, post, seed=setup.settings.get("seed", 0))
+    post.diagnostics = check_fit(post, log_weights)
+    if post.diagnostics:
+        message = f"{post.method} fit of {setup.bound.name!r}: " + post.diagnostics.report()
+        if strict:
+            raise ConvergenceError(message, partial=post, findings=post.diagnostics)
+        warnings.warn(message, ConvergenceWarning, stacklevel=3)
+    return post
 
 
 def _where(setup) -> dict:

@@ -197,7 +197,10 @@ def test_factor_target_and_hmc(backend):
             assert "tree_depth" not in post.sample_stats
 
 
-def test_param_is_held_at_its_initial_value_by_nuts(backend):
+def test_param_is_refused_by_nuts_unless_held(backend):
+    """MCMC samples latent sites only: a ``bdl.param`` is refused, naming it, unless
+    ``hold_params=True`` holds it at its initial value."""
+
     @bdl.model
     def with_param(y):
         scale = bdl.param("noise", 2.0, constraint="positive")
@@ -206,6 +209,8 @@ def test_param_is_held_at_its_initial_value_by_nuts(backend):
             bdl.sample("y", dist.Normal(mu, scale), obs=y[idx])
 
     y = np.array([1.0, 3.0])
+    with pytest.raises(bdl.ConfigError, match=r"bdl.param site\(s\) \['noise'\].*hold_params=True"):
+        bdl.fit(with_param(y), backend=backend, num_warmup=10, num_samples=10, progress=False)
     post = bdl.fit(
         with_param(y),
         backend=backend,
@@ -214,6 +219,7 @@ def test_param_is_held_at_its_initial_value_by_nuts(backend):
         num_chains=1,
         seed=0,
         progress=False,
+        hold_params=True,
     )
     np.testing.assert_allclose(post.params["noise"], 2.0)
     # conjugate: posterior sd of mu = 1 / sqrt(1/100 + 2/4)
