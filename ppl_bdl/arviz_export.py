@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -64,6 +65,9 @@ def _attrs(posterior) -> dict[str, str]:
         "ppl_bdl_model": posterior.model_name,
         "ppl_bdl_latent": ",".join(posterior.latent_names),
         "ppl_bdl_settings": to_json(getattr(posterior, "settings", None) or {}),
+        "ppl_bdl_diagnostics": to_json(
+            [dataclasses.asdict(f) for f in getattr(posterior, "diagnostics", ())]
+        ),
     }
 
 

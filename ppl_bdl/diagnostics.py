@@ -24,7 +24,10 @@ False
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+
+import numpy as np
 
 from .errors import InferenceError
 
@@ -155,10 +158,7 @@ def check_fit(post, log_weights=None) -> Diagnostics:
 
 def mcmc_findings(post) -> list[Finding]:
     """R-hat (two chains or more) and bulk/tail ESS per chain of every latent site."""
-    import warnings
-
     import arviz as az
-    import numpy as np
 
     names = [n for n in post.latent_names if n in post.samples]
     arrays = {}
@@ -203,8 +203,6 @@ def mcmc_findings(post) -> list[Finding]:
 
 def sampler_findings(stats: dict, method: str, settings: dict) -> list[Finding]:
     """Divergences, saturated tree depth and acceptance of NUTS/HMC draws."""
-    import numpy as np
-
     findings = []
     if "diverging" in stats:
         count = int(np.sum(stats["diverging"]))
@@ -240,8 +238,6 @@ def sampler_findings(stats: dict, method: str, settings: dict) -> list[Finding]:
 def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
     """VI's checks: a run stopped on a diverging loss, a loss that ended far above its running
     minimum or has not flattened, and the Pareto k̂ of the importance weights."""
-    import numpy as np
-
     findings = []
     losses = np.asarray(losses if losses is not None else [], dtype=float)
     if settings.get("stop_reason") == "diverging":
@@ -268,8 +264,6 @@ def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
 def _loss_curve_findings(losses) -> list[Finding]:
     """The loss curve's two checks, on windows of the last 10% of the steps: the loss ended far
     above its running minimum, or it still falls (see the thresholds above)."""
-    import numpy as np
-
     n = losses.size
     window = max(10, n // 10)
     tail = losses[-window:]
@@ -307,24 +301,24 @@ def pareto_khat(log_weights) -> float:
     >>> round(pareto_khat(np.random.default_rng(0).normal(size=1000) * 0.1), 1) < 0.5
     True
     """
-    import warnings
-
     import arviz as az
-    import numpy as np
 
     log_weights = np.asarray(log_weights, dtype=float).reshape(-1)
     if not np.all(np.isfinite(log_weights)):
         return float("inf")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _, khat = az.psislw(log_weights - log_weights.max())
+        if hasattr(az, "psislw"):  # ArviZ 0.x
+            _, khat = az.psislw(log_weights - log_weights.max())
+        else:  # ArviZ 1.x: the array functions of arviz-stats
+            from arviz_stats.base import array_stats
+
+            _, khat = array_stats.psislw(log_weights - log_weights.max())
     return float(np.asarray(khat))
 
 
 def _worst(dataset, pick) -> dict[str, float]:
     """Per variable, the worst value over its elements (NaN elements, constant sites, skipped)."""
-    import numpy as np
-
     out = {}
     for name, values in dataset.data_vars.items():
         finite = np.asarray(values.values, dtype=float)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .diagnostics import Diagnostics
+from .diagnostics import Diagnostics, Finding
 
 
 @dataclass
@@ -191,6 +191,11 @@ def from_arviz_data(data) -> Posterior:
         settings = json.loads(str(attrs.get("ppl_bdl_settings", "{}")))
     except ValueError:
         settings = {}
+    try:
+        findings = json.loads(str(attrs.get("ppl_bdl_diagnostics", "[]")))
+        diagnostics = Diagnostics(Finding(**dict(f, sites=tuple(f["sites"]))) for f in findings)
+    except (ValueError, TypeError, KeyError):
+        diagnostics = Diagnostics()
     return Posterior(
         samples=groups.get("posterior", {}),
         sample_stats=groups.get("sample_stats", {}),
@@ -203,4 +208,5 @@ def from_arviz_data(data) -> Posterior:
         model_name=str(attrs.get("ppl_bdl_model", "")),
         latent_names=[n for n in str(attrs.get("ppl_bdl_latent", "")).split(",") if n],
         settings=settings if isinstance(settings, dict) else {},
+        diagnostics=diagnostics,
     )

@@ -190,3 +190,12 @@ def test_networks_start_at_the_prior_centre_by_default(backend):
     w = post.samples["net.1.weight"][:, 0]
     assert np.abs(w).mean() < 0.4
     assert not np.allclose(w[0], w[1])  # each chain has its own jitter
+
+
+def test_the_findings_are_saved_and_loaded(tmp_path):
+    X, y = _data()
+    with pytest.warns(ConvergenceWarning):
+        post = bdl.fit(linear_regression(X, y), backend="numpyro", method="sgld", num_warmup=10,
+                       num_samples=20, step_size=1e-6, progress=False)  # fmt: skip
+    back = bdl.load(post.save(tmp_path / "short.nc"))
+    assert back.diagnostics == post.diagnostics and back.diagnostics[0].sites

@@ -3,6 +3,7 @@ a user-registered kernel, and cyclical SG-MCMC on a multimodal target."""
 
 from __future__ import annotations
 
+import arviz as az
 import numpy as np
 import pytest
 
@@ -67,9 +68,11 @@ def test_gaussian_target_full_batch(backend, method):
         gaussian(1.0, 2.0), backend=backend, method=method, num_warmup=200, num_samples=4000,
         num_chains=2, seed=1, progress=False, **settings,
     )  # fmt: skip
-    x = post.samples["x"].ravel()
-    # ~200 effective draws: MC standard error of the mean ≈ 0.14
-    assert abs(x.mean() - 1.0) < 0.5
+    x = post.samples["x"]
+    # ~150-200 effective draws (psgld's fewest): the tolerance is 4 MC standard errors of the
+    # mean at the run's own ESS (about 0.6), and 20% for the sd.
+    ess = float(az.ess(x))
+    assert abs(x.mean() - 1.0) < 4 * 2.0 / np.sqrt(ess), (x.mean(), ess)
     assert x.std() == pytest.approx(2.0, rel=0.2)
 
 
