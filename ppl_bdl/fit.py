@@ -72,7 +72,7 @@ def fit(
         Initial point of each chain (default "median": the prior's centre, from prior draws, with
         a jitter of 0.1 prior standard deviations per chain; where networks are started, and a
         sound start for small models; "uniform": uniform on [-2, 2] in the unconstrained space,
-        Stan's overdispersed start).
+        Stan's overdispersed start, and the default for a model with a flat prior).
     precision : "float32" | "float64"
     device : str, optional
         Where the data and the computation live: "cpu", "cuda", "cuda:1", ... (None: the
@@ -160,7 +160,7 @@ def fit(
         num_chains=num_chains,
         thinning=thinning,
         seed=seed,
-        init="median" if init is None else init,
+        init=init,
         progress=progress,
         log_likelihood=log_likelihood,
     )

@@ -63,7 +63,8 @@ MEDIAN_DRAWS = 25
 def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np.ndarray:
     """Initial flat unconstrained positions, one row per chain.
 
-    ``init`` is "uniform" (uniform on [-2, 2] in the unconstrained space, as Stan and NumPyro do),
+    ``init`` is None (the default: "median", or "uniform" when the model has a flat prior, which
+    has no draws), "uniform" (uniform on [-2, 2] in the unconstrained space, as Stan and NumPyro do),
     "prior" (a prior draw per chain), "median" (the prior median, estimated from 25 prior draws,
     plus a jitter of :data:`MEDIAN_JITTER` prior standard deviations per chain: each chain starts
     near the prior's centre, not all at one point; a good start for neural networks), a dict of
@@ -74,6 +75,11 @@ def initial_positions(setup: Setup, init: Any, num_chains: int, seed: int) -> np
 
     be, layout = setup.backend, setup.layout
     rng = np.random.default_rng(seed)
+    if init is None:  # the default: the prior's centre; uniform where a flat prior has none
+        try:
+            return initial_positions(setup, "median", num_chains, seed)
+        except ModelError:
+            init = "uniform"
     if isinstance(init, str) and init == "uniform":
         return rng.uniform(-2.0, 2.0, size=(num_chains, layout.dim))
     if isinstance(init, Posterior):
