@@ -55,7 +55,10 @@ _LABELS = {
     "acceptance": "mean acceptance {value:.2f}, target {threshold:.2f}",
     "vi_diverged": "the VI loss diverged at step {value:.0f}",
     "vi_above_minimum": "the final VI loss is {value:.3g} above its running minimum (> {threshold:.3g})",
-    "vi_not_flat": "the VI loss still moves {value:.2%} over the last 10% of steps (> {threshold:.2%})",
+    "vi_not_flat": (
+        "the VI loss still fell by {value:.1%} of its whole fall over the last 10% of steps "
+        "(> {threshold:.0%})"
+    ),
     "psis_khat": "Pareto k̂ {value:.2f} > {threshold:.2f}",
     "cost": "{value:.0f} latent dimensions (> {threshold:.0f})",
 }
@@ -122,11 +125,11 @@ TREE_DEPTH_FRACTION = 0.0
 ACCEPTANCE_GAP = 0.15
 #: Pareto k̂ above this flags the guide (Vehtari et al. 2024, Section 3.2.4: 0.7).
 KHAT_MAX = 0.7
-#: VI: the loss "has not flattened" when, between the two halves of the last 10% of the steps,
-#: its mean fell by more than this fraction of its whole fall so far (the smoothed loss's first
-#: value minus its minimum; the 1% of ADVI's relative-change stopping rule, Kucukelbir et al.
-#: 2017, Section 3.5, made independent of the loss's arbitrary offset), and by more than 3
-#: standard errors of the loss's noise.
+#: VI: the loss "has not flattened" when over the last 10% of the steps it fell (the mean of the
+#: last 10% against the mean of the 10% before them) by more than this fraction of its whole fall
+#: so far (the smoothed loss's first value minus its minimum; the 1% of ADVI's relative-change
+#: stopping rule, Kucukelbir et al. 2017, Section 3.5, made independent of the loss's arbitrary
+#: offset), and by more than 3 standard errors of the loss's noise.
 VI_RELATIVE_CHANGE = 0.01
 #: VI: the loss "ended far above its running minimum" when the mean of its last 10% of steps is
 #: above the lowest mean of any such window by more than this many standard errors of a window
@@ -262,8 +265,8 @@ def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
 
 
 def _loss_curve_findings(losses) -> list[Finding]:
-    """The loss curve's two checks, on windows of the last 10% of the steps: the loss ended far
-    above its running minimum, or it still falls (see the thresholds above)."""
+    """The loss curve's two checks, on windows of 10% of the steps: the loss ended far above its
+    running minimum, or it still falls (see the thresholds above)."""
     n = losses.size
     window = max(10, n // 10)
     tail = losses[-window:]
@@ -281,10 +284,10 @@ def _loss_curve_findings(losses) -> list[Finding]:
             "vi_above_minimum", (), above, limit,
             "the loss rose after its minimum; lower lr or use schedule='cosine'",
         ))  # fmt: skip
-    half = window // 2
-    decrease = float(tail[:half].mean() - tail[half:].mean())
+    before = losses[-2 * window : -window]
+    decrease = float(before.mean() - tail.mean()) if before.size == window else 0.0
     change = decrease / fall if fall > 0 else 0.0
-    if change > VI_RELATIVE_CHANGE and decrease > 3 * noise * np.sqrt(2.0 / half):
+    if change > VI_RELATIVE_CHANGE and decrease > 3 * noise * np.sqrt(2.0 / window):
         findings.append(Finding(
             "vi_not_flat", (), change, VI_RELATIVE_CHANGE,
             "the fit has not converged; run more num_steps (or a larger lr)",
