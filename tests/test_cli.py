@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl import cli
+from ppl_bdl import cli, cli_data, cli_flags
 from ppl_bdl.diagnostics import ConvergenceError, Diagnostics, Finding
 from ppl_bdl.models.regression import make_regression_data
 
@@ -50,7 +50,7 @@ def test_read_data_formats(tmp_path):
     lines = ["X[0],X[1],y"] + [f"{a},{b},{c}" for (a, b), c in zip(X, y, strict=True)]
     (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
     for suffix in ("npz", "json", "csv"):
-        data = cli.read_data(tmp_path / f"d.{suffix}")
+        data = cli_data.read_data(tmp_path / f"d.{suffix}")
         np.testing.assert_allclose(data["X"], X)
         np.testing.assert_allclose(data["y"], y)
         if suffix != "csv":
@@ -59,13 +59,13 @@ def test_read_data_formats(tmp_path):
 
 def test_read_data_errors(tmp_path):
     with pytest.raises(bdl.DataError, match="no file"):
-        cli.read_data(tmp_path / "missing.csv")
+        cli_data.read_data(tmp_path / "missing.csv")
     (tmp_path / "d.txt").write_text("1")
     with pytest.raises(bdl.DataError, match="unsupported"):
-        cli.read_data(tmp_path / "d.txt")
+        cli_data.read_data(tmp_path / "d.txt")
     (tmp_path / "gap.csv").write_text("X.0,X.2\n1,2\n")
     with pytest.raises(bdl.DataError, match="numbered"):
-        cli.read_data(tmp_path / "gap.csv")
+        cli_data.read_data(tmp_path / "gap.csv")
 
 
 def test_fit_writes_netcdf(tmp_path, backend, capsys):
@@ -257,7 +257,7 @@ def test_flags_reach_fit(tmp_path, fake_fit, flags, expected):
     assert cli.main(["fit", LINEAR, "--data", str(EXAMPLE_CSV), *flags, "--out", str(out)]) == 0
     (call,) = fake_fit.calls
     assert {k: call[k] for k in expected} == expected
-    given = {k for k in cli.FIT_FLAGS if k in call} | {"init_loc"} & set(call)
+    given = {k for k in cli_flags.FIT_FLAGS if k in call} | {"init_loc"} & set(call)
     assert given <= set(expected), "a flag left out must not reach fit (fit's defaults apply)"
 
 
@@ -324,7 +324,7 @@ def test_a_short_sgld_run_warns_and_strict_fails(tmp_path, backend, monkeypatch,
 
 
 def test_the_example_data_file_reads_as_documented():
-    data = cli.read_data(EXAMPLE_CSV)
+    data = cli_data.read_data(EXAMPLE_CSV)
     assert data["X"].shape == (40, 2) and data["y"].shape == (40,)
     assert str(EXAMPLE_CSV.relative_to(EXAMPLE_CSV.parents[2])) in DOCS.read_text()
 
