@@ -110,12 +110,13 @@ def test_one_compilation_per_fit_whatever_the_chunking(monkeypatch):
         calls["n"] = 0
         bdl.fit(regression(*_data()), backend="numpyro", method="sgld", step_size=1e-3,
                 batch_size=16, num_warmup=50, num_samples=53, num_chains=2, chunk_size=chunk_size,
-                progress=False, log_likelihood=False)  # fmt: skip
+                progress=False, log_likelihood=False, init="uniform")  # fmt: skip
         return calls["n"]
 
     one_chunk, many_chunks = traces(1000), traces(10)
     # Once per fit: 1 validating run, its bounds-checked rerun (JAX clamps gathers), 1 run on a
-    # minibatch (are observed sites indexed by the plate?), 1 trace of the step, 1 replay.
+    # minibatch (are observed sites indexed by the plate?), 1 trace of the step, 1 replay (and
+    # with the default init="median", 25 prior draws, which are runs of the model, not traces).
     assert one_chunk == many_chunks == 5
 
 

@@ -174,7 +174,7 @@ def run_chains(
     chains = list(range(len(positions))) if chain_ids is None else chain_ids
     vectorised = backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
-    bar = _progress_bar(plan.num_steps * len(chains), name) if progress else None
+    bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
     draws, infos, traced, failure, final = [], [], [], None, None
     runners = _RUNNERS.setdefault(transition.step, {})
     try:
@@ -366,7 +366,8 @@ def _queue(dispatch, starts, ahead: bool):
         yield pending
 
 
-def _progress_bar(total: int, name: str):
+def progress_bar(total: int, name: str):
+    """A tqdm bar on stderr for ``total`` steps of ``name`` (None without tqdm)."""
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency

@@ -37,9 +37,14 @@ from ..layout import ModelDensity
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
 from ..optim import OptimizerConfig
 from .common import Setup, build_posterior
-from .driver import Batch, Transition, plan_run, run_chains
+from .driver import Batch, RunPlan, Transition, plan_run, progress_bar, run_chains
 from .minibatch import EpochBatches, minibatch_plate
 from .vi_guides import build_guide, guide_init
+from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, segment_length
+
+#: The learning rate of a guide by default (others: 0.01): a flow's coupling networks diverged
+#: at 0.01 on the shipped sine BNN (the loss went 185 -> 76,000 and sigma to 2.9 on NumPyro).
+DEFAULT_LR = {"flow": 1e-3}
 
 RUN_OPTIONS = {
     "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
@@ -54,10 +59,17 @@ def run_vi(
     """Fit a guide to ``setup``'s model and return a :class:`~ppl_bdl.posterior.Posterior` with
     ``num_samples`` draws from the fitted guide, ``post.guide`` and ``post.losses``.
 
+    The run is watched (:mod:`~ppl_bdl.inference.vi_monitor`): the guide returned is the one at
+    the best smoothed loss (``post.settings["best_step"]``), and a loss that diverges while
+    staying finite stops the run (``settings["stopped_at"]``, ``stop_reason="diverging"``),
+    which the fit's diagnostics report.
+
     Options: ``guide`` ("meanfield", "lowrank", "fullrank", "flow", "delta", a registered name or a
     ``@bdl.guide`` function), ``objective`` ("elbo", "renyi", "iwae"), ``alpha``, ``kl`` ("auto",
-    "analytic", "mc"), ``num_particles``, ``num_steps`` (1000), ``batch_size``, ``optimizer``
-    ("adam", "sgd"), ``lr`` (0.01), ``momentum``, ``schedule`` ("constant", "exponential",
+    "analytic", "mc"), ``num_particles``, ``num_steps`` (None: until the loss has
+    converged, at least 2,000 and at most 50,000 steps; see :mod:`~ppl_bdl.inference.vi_monitor`),
+    ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr`` (0.01; 0.001 for the flow guide),
+    ``momentum``, ``schedule`` ("constant", "exponential",
     "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
     coordinate-wise median of 20 prior draws, robust and not exactly symmetric, so BNN units
     start apart; "prior": one prior draw; a dict of site values; a flat array),
@@ -65,11 +77,17 @@ def run_vi(
     ``num_layers``, ``hidden``, ``layer``, ``init_scale``, ``max_dim``).
     """
     run = VIRun(setup, seed, **options)
-    losses, failure = run.steps(run.num_steps, progress=progress)
+    losses, failure, monitor = run.fit(progress=progress)
+    setup.settings.update(
+        num_steps=None if run.auto else run.num_steps, steps_run=len(losses),
+        best_step=monitor.best_step,
+        stopped_at=run.stopped_at, stop_reason="diverging" if run.stopped_at else None,
+    )  # fmt: skip
     post = None
     try:
-        fitted = run.fitted_guide()
-        fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params())
+        best = monitor.best_params if failure is None else None  # after a failure: the last
+        fitted = run.fitted_guide(best)
+        fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best))
         flat = fitted.sample_unconstrained(num_samples, seed=seed + 1)
         post = build_posterior(
             fitted_setup, flat[None], {}, method="vi", guide=fitted, losses=losses,
@@ -108,16 +126,23 @@ class VIRun:
     def __init__(self, setup: Setup, seed: int, **options: Any):
         run_opts = {k: v for k, v in options.items() if k in RUN_OPTIONS}
         guide_opts = {k: v for k, v in options.items() if k not in RUN_OPTIONS}
-        num_steps = run_opts.get("num_steps", 1000)
+        num_steps = run_opts.get("num_steps")
+        self.auto = num_steps is None  # run to convergence, capped
+        if self.auto:
+            num_steps = AUTO_MAX_STEPS
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ConfigError(f"num_steps must be an int >= 1, got {num_steps!r}.")
+            raise ConfigError(
+                f"num_steps must be an int >= 1 (or None: until converged), got {num_steps!r}."
+            )
         self.num_steps, self.seed = num_steps, seed
+        spec = run_opts.get("guide", "meanfield")
         self.objective = ObjectiveConfig.build(
             run_opts.get("objective", "elbo"), run_opts.get("alpha"),
             run_opts.get("num_particles", 1), run_opts.get("kl", "auto"),
         )  # fmt: skip
         opt_config = OptimizerConfig.build(
-            optimizer=run_opts.get("optimizer", "adam"), lr=run_opts.get("lr", 1e-2),
+            optimizer=run_opts.get("optimizer", "adam"),
+            lr=run_opts.get("lr", DEFAULT_LR.get(spec, 1e-2) if isinstance(spec, str) else 1e-2),
             momentum=run_opts.get("momentum", 0.0), schedule=run_opts.get("schedule", "constant"),
             decay=run_opts.get("decay", 0.1), clip_norm=run_opts.get("clip_norm"),
             num_steps=num_steps,
@@ -191,15 +216,52 @@ class VIRun:
 
         return Transition(init, step, lambda state: {})
 
-    def steps(self, num_steps: int, progress: bool = False):
+    def fit(self, progress: bool = False):
+        """Run ``num_steps`` steps in segments, watched by a
+        :class:`~ppl_bdl.inference.vi_monitor.LossMonitor`: stop early when the loss diverges
+        (``self.stopped_at``), keep the parameters at the best smoothed loss.
+
+        Returns the losses of every step run, None or ``(step, reason)`` as :meth:`steps`
+        does, and the monitor (``best_step``, ``best_params``)."""
+        segment = segment_length(self.num_steps, self.chunk_size)
+        monitor, parts, failure, done = LossMonitor(), [], None, 0
+        self.stopped_at = None
+        bar = progress_bar(self.num_steps, "vi") if progress else None
+        try:
+            while done < self.num_steps and failure is None:
+                try:
+                    losses, failure = self.steps(min(segment, self.num_steps - done), chunk=segment)
+                except KeyboardInterrupt:  # between two segments
+                    failure = (done, "interrupted")
+                    break
+                parts.append(losses)
+                done += len(losses)
+                if bar is not None:
+                    bar.update(len(losses))
+                if failure is None and monitor.update(done, losses, self._current) is not None:
+                    self.stopped_at = done
+                    break
+                if self.auto and done >= AUTO_MIN_STEPS and monitor.converged():
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+        losses = np.concatenate(parts) if parts else np.zeros(0)
+        return losses, failure, monitor
+
+    def steps(self, num_steps: int, progress: bool = False, chunk: int | None = None):
         """Run ``num_steps`` steps from the current state; stop at the first non-finite loss.
 
         Returns the losses (NumPy, one per step run) and None or ``(step, reason)`` with reason
         "nonfinite" or "interrupted" (Ctrl-C); the state from before the failed step, or at the
-        end of the last finished chunk, is kept.
+        end of the last finished chunk, is kept. ``chunk``: the compiled chunk's length (a
+        shorter run then reuses the program of a longer one).
         """
         be = self.setup.backend
-        plan = plan_run(np.zeros(num_steps, bool), 1, 0, self.chunk_size, progress)
+        if chunk is not None and chunk >= num_steps:
+            plan = RunPlan(np.zeros(num_steps, bool), chunk, 0)
+        else:
+            plan = plan_run(np.zeros(num_steps, bool), 1, 0, self.chunk_size, progress)
         transition = self.transition
         if self.state is not None:  # go on from where the last call stopped
             state = self.state
@@ -220,17 +282,19 @@ class VIRun:
             params = self.state["params"] if self.state is not None else self._initial
             return {k: np.asarray(self.setup.backend.to_numpy(v)) for k, v in params.items()}
 
-    def fitted_guide(self) -> FittedGuide:
-        """The guide at the current parameters."""
-        params = self._current()
+    def fitted_guide(self, params: dict | None = None) -> FittedGuide:
+        """The guide at ``params`` (host arrays, e.g. the best ones), else the current ones."""
+        params = self._current() if params is None else params
         flat = self.guide.param_layout.pack({k: params[k] for k in self.guide.param_layout.shapes})
         return FittedGuide(self.guide, flat, settings=self.guide_settings)
 
-    def fitted_model_params(self) -> dict:
-        """The model's ``param`` sites at their fitted values (backend arrays)."""
+    def fitted_model_params(self, params: dict | None = None) -> dict:
+        """The model's ``param`` sites at ``params`` (else the current), constrained (backend
+        arrays)."""
         if self.model_params is None:
             return dict(self.setup.params)
         be = self.setup.backend
-        params = {k: be.asarray(v) for k, v in self._current().items()}
+        current = self._current() if params is None else params
+        params = {k: be.asarray(v) for k, v in current.items()}
         with be.scope(), be.activate():
             return self.model_params.constrained(params, be.math)
