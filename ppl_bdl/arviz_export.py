@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +13,25 @@ import numpy as np
 
 #: The ArviZ groups a Posterior reads and writes, in order.
 GROUPS = ("posterior", "sample_stats", "log_likelihood", "observed_data", "posterior_predictive")
+
+
+@contextlib.contextmanager
+def quiet_arviz():
+    """ArviZ's one-chain shape check, which it logs (not warns) on every call, silenced: R-hat is
+    left out where there is one chain, and ESS of one chain is still well defined."""
+    import arviz
+
+    # ArviZ 0.x logs through its own Logger instance (``arviz._log``, not the registered one).
+    loggers = [getattr(arviz, "_log", None), logging.getLogger("arviz")]
+    loggers = [lg for lg in loggers if isinstance(lg, logging.Logger)]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def arviz_major() -> int:

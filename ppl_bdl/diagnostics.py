@@ -178,9 +178,11 @@ def mcmc_findings(post) -> list[Finding]:
     draws = post.num_draws if post.samples else 0
     if not arrays or draws < 4:
         return []
+    from .arviz_export import quiet_arviz
+
     dataset = az.convert_to_dataset({k: v for k, v in arrays.items()})
     findings = []
-    with warnings.catch_warnings():  # constant sites give NaN with a RuntimeWarning
+    with warnings.catch_warnings(), quiet_arviz():  # constant sites: NaN, a RuntimeWarning
         warnings.simplefilter("ignore")
         if chains >= 2:
             rhat = _worst(az.rhat(dataset), max)

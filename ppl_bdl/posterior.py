@@ -11,7 +11,7 @@ import numpy as np
 from .diagnostics import Diagnostics, Finding
 
 
-@dataclass
+@dataclass(repr=False)
 class Posterior:
     """Posterior draws of a model, the same object whatever the method and backend.
 
@@ -119,10 +119,45 @@ class Posterior:
         }
 
     def summary(self, **kwargs):
-        """``arviz.summary`` of the posterior (mean, sd, HDI, MCSE, ESS, R-hat)."""
+        """``arviz.summary`` of the posterior (mean, sd, HDI, MCSE, ESS, R-hat), as a DataFrame.
+
+        R-hat compares chains, so it is shown only where there are two or more (with one chain,
+        VI's draws included, ArviZ would warn and fill the column with NaN); the frame's
+        ``attrs["note"]`` says so. ``attrs["diagnostics"]`` holds the fit's diagnostics report
+        (``self.diagnostics.report()``). Keyword arguments go to ``arviz.summary``.
+        """
+        import warnings
+
         import arviz as az
 
-        return az.summary(self.to_arviz(), **kwargs)
+        from .arviz_export import quiet_arviz
+
+        with warnings.catch_warnings(), quiet_arviz():
+            # One chain: ArviZ's shape check warns that there are more draws than chains.
+            warnings.filterwarnings("ignore", message=".*shape validation failed.*")
+            warnings.filterwarnings("ignore", category=RuntimeWarning)
+            if self.num_chains < 2 and kwargs.get("kind", "all") in ("all", "diagnostics"):
+                frame = az.summary(self.to_arviz(), **kwargs).drop(columns="r_hat", errors="ignore")
+                frame.attrs["note"] = "R-hat needs 2 or more chains; this posterior has 1."
+            else:
+                frame = az.summary(self.to_arviz(), **kwargs)
+        frame.attrs["diagnostics"] = self.diagnostics.report()
+        return frame
+
+    def __repr__(self) -> str:
+        """A line: method, backend, chains x draws, the sites with their shapes, diagnostics."""
+        if not self.samples:
+            return f"<Posterior {self.method or '?'} on {self.backend or '?'}: no draws>"
+        shown = [f"{name} {tuple(np.shape(v)[2:])}" for name, v in list(self.samples.items())[:8]]
+        more = len(self.samples) - len(shown)
+        sites = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+        problems = len(self.diagnostics)
+        checks = f"{problems} problem{'s' if problems != 1 else ''}" if problems else "clean"
+        return (
+            f"<Posterior {self.method} on {self.backend}: {self.num_chains} "
+            f"chain{'s' if self.num_chains != 1 else ''} x "
+            f"{self.num_draws} draws; sites {sites}; diagnostics: {checks}>"
+        )
 
     # -- prediction ---------------------------------------------------------------------------
     def predict(

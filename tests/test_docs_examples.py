@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 
+from ppl_bdl.diagnostics import ConvergenceWarning
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run_first_block(page: str, namespace: dict) -> list:
+    """Run the page's first example as written; return the fits' diagnostics warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        exec(compile(_first_block(page), f"docs/{page}", "exec"), namespace)
+    return [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def _assert_good_fit(post, allowed: set[str]) -> None:
+    """A good fit: no finding but the ``allowed`` kinds, and none at a site outside the network
+    (a BNN's weights sit in symmetric modes, so their R-hat across chains is large however well
+    the predictions mix; the noise scale has no such symmetry)."""
+    for finding in post.diagnostics:
+        assert finding.kind in allowed, finding.message
+        assert all(site.startswith("net.") for site in finding.sites), finding.message
 
 
 def _first_block(page: str) -> str:
@@ -17,8 +37,13 @@ def _first_block(page: str) -> str:
 @pytest.mark.slow  # ~15 s; the default suite runs the same settings in test_step_size.py
 def test_sgmcmc_page_example_runs_as_written():
     namespace: dict = {}
-    exec(compile(_first_block("sgmcmc.md"), "docs/sgmcmc.md", "exec"), namespace)
+    _run_first_block("sgmcmc.md", namespace)
     post, model, X, y = (namespace[k] for k in ("post", "model", "X", "y"))
+    # Cyclical SGHMC sends each chain to its own mode of the network's posterior, and the noise
+    # scale differs between the fits those modes are: R-hat across chains is large there too
+    # (docs/sgmcmc.md says so); the fit is judged by its predictions, below.
+    for finding in post.diagnostics:
+        assert finding.kind in {"rhat", "ess_bulk", "ess_tail"}, finding.message
     assert post.samples["net.0.weight"].shape == (4, 500, 1, 20)
     assert post.predict(model(X)).rmse(y) < 0.5 * y.std()
 
@@ -27,7 +52,9 @@ def test_sgmcmc_page_example_runs_as_written():
 def test_vi_page_example_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(_first_block("vi.md"), "docs/vi.md", "exec"), namespace)
+    _run_first_block("vi.md", namespace)
     post, back, model, X, y = (namespace[k] for k in ("post", "back", "model", "X", "y"))
+    # Pareto k̂ is large for a Gaussian guide on a network's posterior (Yao et al. 2018)
+    _assert_good_fit(post, {"psis_khat"})
     assert post.losses.shape == (10_000,) and back.guide.name == "lowrank"
     assert post.predict(model(X)).rmse(y) < 0.5 * y.std()

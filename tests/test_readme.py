@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
+
+from ppl_bdl.diagnostics import ConvergenceWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,8 +18,11 @@ def test_readme_example_runs(tmp_path, monkeypatch):
     code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # a good fit: the checks find nothing
+        exec(compile(code, "README.md", "exec"), namespace)
     post = namespace["post"]
+    assert post.diagnostics == ()
     np.testing.assert_allclose(post.samples["w"].mean((0, 1)), [1.0, -2.0, 0.5], atol=0.1)
     assert (tmp_path / "linreg.nc").exists()
 
