@@ -1,6 +1,7 @@
 """``ppl-bdl demo``: a BNN regression and eight schools, fitted with NUTS on every installed backend.
 
-For each backend the demo prints an ArviZ summary, the largest R-hat, the divergences, the BNN's
+For each backend the demo prints an ArviZ summary and the fit's diagnostics report (when the
+checks after the fit found something), the largest R-hat, the divergences, the BNN's
 predictive RMSE and mean log predictive density on held-out points, and eight schools' PSIS-LOO;
 it writes each posterior to NetCDF and a trace plot, a forest plot and the BNN's predictive band
 to PNG files in the output folder. The data ships with the package (no download).
@@ -75,48 +76,95 @@ def _max_rhat(idata, var_names=None) -> float:
     return float(max(float(np.nanmax(rhat[v].values)) for v in rhat.data_vars))
 
 
-def _save_plots(idata, bnn_pred, X_train, y_train, X_test, y_test, grid, out: Path, backend: str):
+#: What eight schools' values are, for the plots' axes (Rubin 1981: coaching effects on SAT scores).
+SCHOOLS_UNIT = "effect (SAT points)"
+
+
+def _trace_figure(idata, backend: str):
+    """Eight schools' trace plot: per-chain densities (left) and draws (right) of mu and tau,
+    one figure title, a heading per column, every axis labelled."""
     import arviz as az
+
+    names = ["mu", "tau"]
+    axes = np.asarray(az.plot_trace(idata, var_names=names, compact=True, legend=True))
+    fig = axes.ravel()[0].figure
+    # ArviZ titles both panels of a row with the variable's name; the name goes on the value
+    # axis instead, and each column says once what it shows.
+    for row, name in zip(axes, names, strict=True):
+        density, trace = row
+        density.set_title("")
+        trace.set_title("")
+        density.set_xlabel(f"{name}: {SCHOOLS_UNIT}" if name == "mu" else f"{name}: sd of effects")
+        density.set_ylabel("density")
+        trace.set_xlabel("draw")
+        trace.set_ylabel(name)
+    axes[0, 0].set_title("posterior density, one line per chain", fontsize=10)
+    axes[0, 1].set_title("draws, one line per chain", fontsize=10)
+    fig.suptitle(f"eight schools (non-centred), NUTS on {backend}")
+    fig.tight_layout()
+    return fig
+
+
+def _forest_figure(idata, backend: str):
+    """Eight schools' forest plot: 90% HDI of mu, tau and each school's theta, one title."""
+    import arviz as az
+
+    axes = az.plot_forest(idata, var_names=["mu", "tau", "theta"], combined=True, hdi_prob=0.9)
+    ax = np.asarray(axes).ravel()[0]
+    # ArviZ's own axes title ("90.0% HDI") would repeat the figure's: one title, on the axes.
+    ax.set_title(f"eight schools: 90% HDI (thick: 50%), NUTS on {backend}", fontsize=11)
+    ax.set_xlabel(f"{SCHOOLS_UNIT}; tau: sd of the schools' effects")
+    return ax.figure
+
+
+def _band_figure(pred, X_train, y_train, X_test, y_test, grid, backend: str):
+    """The BNN's predictive mean with ±2 sd bands (total and epistemic) and the data."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = grid[:, 0]
+    ax.fill_between(
+        x, pred.mean - 2 * pred.sd, pred.mean + 2 * pred.sd, alpha=0.3, label="±2 sd (total)"
+    )
+    epistemic = np.sqrt(pred.epistemic)
+    ax.fill_between(
+        x, pred.mean - 2 * epistemic, pred.mean + 2 * epistemic, alpha=0.4,
+        label="±2 sd (epistemic)",
+    )  # fmt: skip
+    ax.plot(x, pred.mean, label="predictive mean")
+    ax.scatter(X_train[:, 0], y_train, s=8, c="k", label="train")
+    ax.scatter(X_test[:, 0], y_test, s=12, c="tab:red", marker="x", label="held out")
+    ax.set_title(f"BNN regression {[1, *BNN_HIDDEN, 1]}, NUTS on {backend}")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def _save_plots(idata, bnn_pred, X_train, y_train, X_test, y_test, grid, out: Path, backend: str):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    figures = {
+        "eight_schools_trace": _trace_figure(idata, backend),
+        "eight_schools_forest": _forest_figure(idata, backend),
+        "bnn_predictive": _band_figure(bnn_pred, X_train, y_train, X_test, y_test, grid, backend),
+    }
     files = []
-    axes = az.plot_trace(idata, var_names=["mu", "tau"], compact=True)
-    fig = np.asarray(axes).ravel()[0].figure
-    fig.suptitle(f"eight schools (non-centred), NUTS on {backend}")
-    fig.tight_layout()
-    files.append(out / f"{backend}_eight_schools_trace.png")
-    fig.savefig(files[-1], dpi=80)
-    plt.close(fig)
-
-    axes = az.plot_forest(idata, var_names=["mu", "tau", "theta"], combined=True, hdi_prob=0.9)
-    fig = np.asarray(axes).ravel()[0].figure
-    fig.suptitle(f"eight schools, 90% HDI ({backend})", y=1.03)
-    files.append(out / f"{backend}_eight_schools_forest.png")
-    fig.savefig(files[-1], dpi=80, bbox_inches="tight")
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    sd = np.sqrt(bnn_pred.total)
-    ax.fill_between(
-        grid[:, 0], bnn_pred.mean - 2 * sd, bnn_pred.mean + 2 * sd, alpha=0.3, label="±2 sd (total)"
-    )
-    ax.fill_between(
-        grid[:, 0], bnn_pred.mean - 2 * np.sqrt(bnn_pred.epistemic),
-        bnn_pred.mean + 2 * np.sqrt(bnn_pred.epistemic), alpha=0.4, label="±2 sd (epistemic)",
-    )  # fmt: skip
-    ax.plot(grid[:, 0], bnn_pred.mean, label="predictive mean")
-    ax.scatter(X_train[:, 0], y_train, s=8, c="k", label="train")
-    ax.scatter(X_test[:, 0], y_test, s=12, c="tab:red", marker="x", label="held out")
-    ax.set_title(f"BNN regression {list(BNN_HIDDEN)}, NUTS on {backend}")
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    files.append(out / f"{backend}_bnn_predictive.png")
-    fig.savefig(files[-1], dpi=80)
-    plt.close(fig)
+    for name, fig in figures.items():
+        files.append(out / f"{backend}_{name}.png")
+        fig.savefig(files[-1], dpi=80, bbox_inches="tight")
+        plt.close(fig)
     return files
+
+
+def _echo_diagnostics(post, echo: Callable) -> None:
+    """The fit's diagnostics report (``post.diagnostics``), when it found something."""
+    if post.diagnostics:
+        echo(f"diagnostics of the {post.method} fit:\n{post.diagnostics.report()}")
 
 
 def run_backend(
@@ -126,6 +174,7 @@ def run_backend(
     import arviz as az
 
     import ppl_bdl as bdl
+    from ppl_bdl.diagnostics import ConvergenceWarning
     from ppl_bdl.models import bnn, posteriordb, regression
 
     bnn_settings, schools_settings = SETTINGS["quick" if quick else "full"]
@@ -138,22 +187,25 @@ def run_backend(
     echo(
         f"BNN regression {[1, *BNN_HIDDEN, 1]} (tanh), {len(y_train)} training points: NUTS {bnn_settings}"
     )
-    post = bdl.fit(
-        model(X_train, y_train),
-        backend=backend,
-        method="nuts",
-        seed=seed,
-        progress=False,
-        **bnn_settings,
-    )
+    with warnings.catch_warnings():
+        # The report is printed below, with the fit's summary, rather than warned on stderr.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        post = bdl.fit(
+            model(X_train, y_train),
+            backend=backend,
+            method="nuts",
+            seed=seed,
+            progress=False,
+            **bnn_settings,
+        )
     held_out = post.predict(model(X_test), seed=seed)
     rmse, loglik = held_out.rmse(y_test), held_out.log_likelihood(y_test)
-    bnn_idata = post.to_arviz()
     # A BNN's weights are not identifiable (hidden units can swap), so R-hat on them says little;
     # R-hat of the function values f(x) at the held-out inputs is the meaningful check.
     f_draws = held_out.per_draw["mean"].reshape((post.num_chains, post.num_draws, -1))
     bnn_rhat = float(np.nanmax(az.rhat(az.convert_to_dataset({"f": f_draws}))["f"].values))
-    echo(az.summary(bnn_idata, var_names=["sigma"]).to_string())
+    echo(post.summary(var_names=["sigma"]).to_string())
+    _echo_diagnostics(post, echo)
     echo(
         f"held-out RMSE {rmse:.3f}, mean log predictive density {loglik:.3f}, "
         f"max R-hat of f(x) at held-out x {bnn_rhat:.3f}"
@@ -164,11 +216,14 @@ def run_backend(
 
     schools = posteriordb.eight_schools_noncentered(**posteriordb.eight_schools_data())
     echo(f"\neight schools (non-centred): NUTS {schools_settings}")
-    spost = bdl.fit(
-        schools, backend=backend, method="nuts", seed=seed, progress=False, **schools_settings
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        spost = bdl.fit(
+            schools, backend=backend, method="nuts", seed=seed, progress=False, **schools_settings
+        )
     idata = spost.to_arviz()
-    echo(az.summary(idata, var_names=["mu", "tau", "theta"]).to_string())
+    echo(spost.summary(var_names=["mu", "tau", "theta"]).to_string())
+    _echo_diagnostics(spost, echo)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eight points: Pareto-k warnings are expected
         elpd = float(az.loo(idata).elpd_loo)

@@ -31,7 +31,7 @@ from .predictive_runner import CLASSIFIERS, run_predictive
 _CLASSIFIERS = CLASSIFIERS
 
 
-@dataclass
+@dataclass(repr=False)
 class PredictiveResult:
     """Predictive draws and per-point summaries of one predicted site.
 
@@ -43,13 +43,35 @@ class PredictiveResult:
         The site the summaries describe.
     kind : "regression" | "classification"
     mean : array
-        Predictive mean per point (for classification, the predicted class probabilities' argmax
-        is ``probs.argmax(-1)``).
+        Predictive mean per point (for classification, the most probable class,
+        ``probs.argmax(-1)``).
+    sd : array
+        Regression: the predictive standard deviation per point, ``sqrt(total)``.
     total, aleatoric, epistemic : array
         Regression: variances, total = E_θ[Var(y|θ)] + Var_θ[E(y|θ)]. Classification: predictive
         entropy, expected entropy, mutual information (nats).
     probs : array or None
         Classification: posterior-mean class probabilities per point.
+
+    :meth:`interval` gives central predictive intervals (regression). A class label has no sd
+    or interval: for a classifier they raise a ``ConfigError`` that points to ``probs`` and
+    the entropies.
+
+    Example
+    -------
+    >>> import numpy as np, ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> @bdl.model
+    ... def m(n=3):
+    ...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
+    ...     with bdl.plate("data", n):
+    ...         bdl.sample("y", dist.Normal(mu, 1.0))
+    >>> pred = bdl.prior_predictive(m(), backend="numpyro", num_samples=2000)
+    >>> [round(float(v), 1) for v in pred.sd]   # sqrt(1 + 1): the prior's and the noise's variance
+    [1.4, 1.4, 1.4]
+    >>> lo, hi = pred.interval(0.9)
+    >>> lo.shape, bool(np.all(lo < pred.mean)), bool(np.all(pred.mean < hi))
+    ((3,), True, True)
     """
 
     draws: dict[str, np.ndarray]
@@ -61,6 +83,70 @@ class PredictiveResult:
     epistemic: np.ndarray | None = None
     probs: np.ndarray | None = None
     per_draw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def sd(self) -> np.ndarray:
+        """Predictive standard deviation per point: the square root of the total variance
+        E_θ[Var(y|θ)] + Var_θ[E(y|θ)] (regression only)."""
+        self._need_regression("sd")
+        return np.sqrt(self.total)
+
+    def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+        """Central predictive interval per point: ``lo, hi = pred.interval(0.9)``.
+
+        The (1 - level)/2 and (1 + level)/2 quantiles of the predictive draws of :attr:`site`
+        (each draw of y from the likelihood at one posterior draw, so the interval holds both
+        the noise and the posterior's uncertainty). Regression only (counts included).
+
+        Parameters
+        ----------
+        level : float
+            The probability the interval holds, in (0, 1).
+
+        Returns
+        -------
+        (lo, hi) : tuple of arrays shaped like :attr:`mean`.
+        """
+        self._need_regression("interval")
+        if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+            raise ConfigError(
+                f"interval(level): level is the probability the interval holds, a number in "
+                f"(0, 1) such as 0.9; got {level!r}."
+            )
+        draws = np.asarray(self.draws[self.site])
+        lo, hi = np.quantile(draws, [(1.0 - level) / 2.0, (1.0 + level) / 2.0], axis=0)
+        return lo, hi
+
+    def _need_regression(self, what: str) -> None:
+        if self.kind == "regression":
+            return
+        if self.kind == "classification":
+            raise ConfigError(
+                f"pred.{what} is defined for a regression; site {self.site!r} is a classifier, "
+                "whose prediction is a class, with no sd or interval. Use pred.probs (posterior-"
+                "mean class probabilities), pred.total / pred.aleatoric / pred.epistemic (entropy "
+                "and its split), or, for an interval of each class probability across posterior "
+                "draws, np.quantile(pred.per_draw['probs'], [0.05, 0.95], axis=0)."
+            )
+        raise ConfigError(
+            f"pred.{what}: the model has no predicted site with a likelihood (observed or "
+            "latent sample site) to summarise; predict a model that samples its targets."
+        )
+
+    def __repr__(self) -> str:
+        """One line: the site, its kind, how many draws of which shape, what to read."""
+        if self.site is None:
+            return f"<PredictiveResult: no summarised site; draws of {sorted(self.draws)}>"
+        shape = np.shape(self.draws[self.site])
+        reads = (
+            "mean, sd, interval(level), total/aleatoric/epistemic variances"
+            if self.kind == "regression"
+            else "probs, mean (class), total/aleatoric/epistemic entropies"
+        )
+        return (
+            f"<PredictiveResult {self.kind} of {self.site!r}: {shape[0]} draws x "
+            f"{tuple(shape[1:])}; {reads}>"
+        )
 
     def rmse(self, y_true) -> float:
         """Root mean squared error of the predictive mean against ``y_true``."""

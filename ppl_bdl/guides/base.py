@@ -150,10 +150,13 @@ def check_positive_int(name: str, value: Any) -> int:
 class FittedGuide:
     """A fitted guide, as ``Posterior.guide``: draw from it, score values, read its parameters.
 
-    Parameters are NumPy arrays (``.params``; ``.describe()`` gives readable ones such as
-    ``scale``). ``sample(n)`` returns constrained draws per latent site; ``log_prob(values)``
-    scores constrained values (the density in the constrained space, change of variables
-    included).
+    ``params`` are the fitted parameters as a person reads them, NumPy arrays in their own
+    space: a mean-field guide's ``loc`` and ``scale`` (not the scale's softplus preimage
+    ``rho``), a low-rank guide's ``loc`` and ``covariance``, a custom guide's ``bdl.param`` values
+    after their constraints. ``raw_params`` are the unconstrained values the optimizer moved
+    (``phi`` is the same, as one flat vector: what :func:`ppl_bdl.load` restores from).
+    ``sample(n)`` returns constrained draws per latent site; ``log_prob(values)`` scores
+    constrained values (the density in the constrained space, change of variables included).
 
     Example
     -------
@@ -167,6 +170,10 @@ class FittedGuide:
     >>> draws = post.guide.sample(10)
     >>> draws["z"].shape
     (10,)
+    >>> sorted(post.guide.params), sorted(post.guide.raw_params)
+    (['loc', 'scale'], ['loc', 'rho'])
+    >>> bool(post.guide.params["scale"][0] > 0)
+    True
     """
 
     def __init__(self, guide: Guide, phi: np.ndarray, settings: dict | None = None):
@@ -179,10 +186,19 @@ class FittedGuide:
 
     @property
     def params(self) -> dict[str, np.ndarray]:
+        """The fitted parameters in their readable space (scales, covariances, constrained
+        values), as NumPy arrays; :attr:`raw_params` has the unconstrained ones. A low-rank or
+        full-rank guide's covariance is dense, d x d: on a large network read ``raw_params``."""
+        return self.guide.describe(self.raw_params)
+
+    @property
+    def raw_params(self) -> dict[str, np.ndarray]:
+        """The unconstrained parameters the optimizer moved (``phi`` unpacked by name)."""
         return {k: np.asarray(v) for k, v in self.guide.param_layout.unpack(self.phi).items()}
 
     def describe(self) -> dict[str, np.ndarray]:
-        return self.guide.describe(self.params)
+        """The same as :attr:`params` (kept for code written before ``params`` was readable)."""
+        return self.params
 
     def sample_unconstrained(self, n: int, seed: int = 0) -> np.ndarray:
         """``n`` draws of the flat unconstrained vector, shaped (n, d)."""

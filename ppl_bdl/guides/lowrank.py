@@ -17,7 +17,7 @@ Example
 ...     bdl.sample("z", dist.Normal(0.0, 1.0), shape=(3,))
 >>> post = bdl.fit(m(), backend="numpyro", method="vi", guide="lowrank", rank=2, num_steps=200,
 ...                lr=0.05, num_samples=20, progress=False)
->>> post.guide.params["factor_z"].shape
+>>> post.guide.raw_params["factor_z"].shape
 (3, 2)
 """
 
@@ -132,7 +132,21 @@ class LowRankGuide(Guide):
         return cov
 
     def describe(self, params):
-        return {"loc": np.asarray(params["loc"]), "covariance": self.covariance(params)}
+        """loc, the diagonal's scale and each block's absolute factor L (covariance L Lᵀ +
+        diag(scale²)); the dense covariance too while d <= DENSE_MAX (it is d x d)."""
+        sd = np.logaddexp(0.0, np.asarray(params["rho"], dtype=float))
+        out = {"loc": np.asarray(params["loc"]), "scale": sd}
+        for name, offset, size, _ in self.blocks:
+            factor = np.asarray(params[f"factor_{name}"], dtype=float)
+            out[f"factor_{name}"] = sd[offset : offset + size, None] * factor
+        if self.dim <= DENSE_MAX:
+            out["covariance"] = self.covariance(params)
+        return out
+
+
+#: Dimensions up to which ``describe`` (and so ``FittedGuide.params``) includes the dense
+#: covariance: a network's d x d matrix would not fit in memory.
+DENSE_MAX = 2000
 
 
 @register("lowrank")
