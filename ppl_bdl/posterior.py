@@ -168,7 +168,8 @@ class Posterior:
 
         Returns a :class:`~ppl_bdl.predictive.PredictiveResult` with the draws of each predicted
         site and, per point, the mean and the split of the predictive uncertainty into aleatoric
-        and epistemic parts. The model is compiled once per shape of its inputs and run in
+        and epistemic parts, ``sd`` and central intervals (``pred.interval(0.9)``). The model is
+        compiled once per shape of its inputs and run in
         chunks of draws and of points; ``device`` is where it runs (default: the backend's).
         """
         from .predictive import posterior_predictive

@@ -17,6 +17,7 @@ import ppl_bdl as bdl
 from ppl_bdl.diagnostics import ConvergenceWarning
 from ppl_bdl.inference.common import prepare
 from ppl_bdl.inference.psis import importance_log_weights
+from ppl_bdl.inference.vi import DEFAULT_LR
 from ppl_bdl.inference.vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor
 from ppl_bdl.models import bnn, posteriordb, regression
 
@@ -111,7 +112,7 @@ def test_every_guide_at_its_defaults_reaches_a_long_small_step_run(name, guide):
     loss's size plus 2 nats (one particle's ELBO noise on these models is ~1-5 nats)."""
     bound = _shipped()[name]
     default = _quiet_fit(bound, backend="numpyro", method="vi", guide=guide, num_samples=50)
-    lr = (1e-3 if guide == "flow" else 1e-2) / 3
+    lr = DEFAULT_LR.get(guide, 1e-2) / 3
     steps = 2 * default.settings["steps_run"]
     reference = _quiet_fit(bound, backend="numpyro", method="vi", guide=guide, lr=lr,
                            num_steps=steps, num_samples=50)  # fmt: skip

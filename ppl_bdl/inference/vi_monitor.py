@@ -39,7 +39,7 @@ DIVERGENCE_FRACTION = 0.5
 AUTO_MIN_STEPS, AUTO_MAX_STEPS = 2_000, 50_000
 #: Converged: over the last quarter of the steps run, the best smoothed loss improved by less
 #: than this fraction of everything the run gained (the first segment's mean minus the best).
-CONVERGED_FRACTION = 0.01
+CONVERGED_FRACTION = 0.003
 #: A VI run is watched in about this many segments (each one call of the compiled loop).
 SEGMENTS = 20
 #: The shortest and longest segment: one call costs the host a read-back, which a toy model's
