@@ -242,6 +242,8 @@ class VIRun:
                 except KeyboardInterrupt:  # between two segments
                     failure = (done, "interrupted")
                     break
+                if failure is not None:  # its step counts from this segment's start
+                    failure = (done + failure[0], failure[1])
                 parts.append(losses)
                 done += len(losses)
                 if bar is not None:
