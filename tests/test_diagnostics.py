@@ -138,6 +138,9 @@ def test_nuts_at_its_maximum_tree_depth_warns(backend):
     assert "tree_depth" in post.diagnostics.kinds()
 
 
+@pytest.mark.parametrize(
+    "backend", ["numpyro", pytest.param("pyro", marks=pytest.mark.slow)], indirect=False
+)
 def test_a_clean_conjugate_fit_is_silent(backend):
     @bdl.model
     def mean_model(y):
@@ -173,6 +176,9 @@ def test_nuts_on_a_large_model_warns_about_cost_up_front():
                 max_tree_depth=2, progress=False)  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)], indirect=False
+)
 def test_networks_start_at_the_prior_centre_by_default(backend):
     """The default start is the prior's median with a small jitter (was uniform on [-2, 2],
     where a ReLU network's logits reach the hundreds): a step size of ~0 keeps the start."""
