@@ -3,11 +3,8 @@ name, the model from ``MODULE:MODEL``, and the two bound together (docs/cli.md).
 
 Example
 -------
->>> import tempfile, os
->>> p = os.path.join(tempfile.mkdtemp(), "d.csv")
->>> _ = open(p, "w").write("X.0,X.1,y\\n1,2,3\\n4,5,6\\n")
->>> sorted((k, v.shape) for k, v in read_data(p).items())
-[('X', (2, 2)), ('y', (2,))]
+>>> load_model("ppl_bdl.models.regression:linear_regression").name
+'linear_regression'
 """
 
 from __future__ import annotations

@@ -133,14 +133,11 @@ class Posterior:
         from .arviz_export import quiet_arviz
 
         with warnings.catch_warnings(), quiet_arviz():
-            # One chain: ArviZ's shape check warns that there are more draws than chains.
-            warnings.filterwarnings("ignore", message=".*shape validation failed.*")
-            warnings.filterwarnings("ignore", category=RuntimeWarning)
-            if self.num_chains < 2 and kwargs.get("kind", "all") in ("all", "diagnostics"):
-                frame = az.summary(self.to_arviz(), **kwargs).drop(columns="r_hat", errors="ignore")
-                frame.attrs["note"] = "R-hat needs 2 or more chains; this posterior has 1."
-            else:
-                frame = az.summary(self.to_arviz(), **kwargs)
+            warnings.filterwarnings("ignore", category=RuntimeWarning)  # constant sites' MCSE
+            frame = az.summary(self.to_arviz(), **kwargs)
+        if self.num_chains < 2 and "r_hat" in frame.columns:
+            frame = frame.drop(columns="r_hat")
+            frame.attrs["note"] = "R-hat needs 2 or more chains; this posterior has 1."
         frame.attrs["diagnostics"] = self.diagnostics.report()
         return frame
 

@@ -167,10 +167,7 @@ class _Replayer:
     def __init__(self, setup: Setup):
         self.setup = setup
         self.density = ModelDensity(setup.bound, setup.backend, setup.layout, setup.params)
-        points = sum(
-            int(np.prod(np.shape(s.value))) for s in setup.sites.values() if s.kind == "observed"
-        )
-        self.chunk = max(1, min(256, REPLAY_POINTS // max(1, points)))
+        self.chunk = replay_chunk_size(setup)
         self._compiled: dict[bool, Any] = {}
         # Without the log-likelihood, only the latent and deterministic values are wanted: when
         # none of them sits in the data plate, the model runs on one point of it.
@@ -217,7 +214,10 @@ class _Replayer:
                 disc = {k: v[start : start + size] for k, v in discrete.items()}
                 real = len(chunk)
                 if real < size:  # one compiled shape: pad the last chunk
-                    chunk, disc = _pad(chunk, size), {k: _pad(v, size) for k, v in disc.items()}
+                    chunk, disc = (
+                        pad_rows(chunk, size),
+                        {k: pad_rows(v, size) for k, v in disc.items()},
+                    )
                 disc = {k: be.asarray(v) for k, v in disc.items()}
                 values, loglik = replay(be.asarray(chunk), disc, self.density.data)
                 for out, part in ((values_out, values), (loglik_out, loglik)):
@@ -232,7 +232,16 @@ class _Replayer:
         )
 
 
-def _pad(array: np.ndarray, size: int) -> np.ndarray:
+def replay_chunk_size(setup: Setup, most: int = 256) -> int:
+    """Draws per compiled call of a full-data replay: observed values times draws stay within
+    :data:`REPLAY_POINTS` (the replay's activations), at most ``most``."""
+    points = sum(
+        int(np.prod(np.shape(s.value))) for s in setup.sites.values() if s.kind == "observed"
+    )
+    return max(1, min(most, REPLAY_POINTS // max(1, points)))
+
+
+def pad_rows(array: np.ndarray, size: int) -> np.ndarray:
     """``array`` with its last row repeated up to ``size`` rows (one compiled shape)."""
     return np.concatenate([array, np.repeat(array[-1:], size - len(array), axis=0)])
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import ModelDensity
-from .common import REPLAY_POINTS, Setup, _pad
+from .common import Setup, pad_rows, replay_chunk_size
 
 #: Draws from the guide that the weights are computed at (PSIS's k̂ is reliable from a few
 #: hundred draws on; Vehtari et al. 2024, Section 3.2.4).
@@ -49,10 +49,7 @@ def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed:
     with be.scope(), be.activate():
         params = {k: be.asarray(v) for k, v in post.params.items()}
         density = ModelDensity(setup.bound, be, setup.layout, params or setup.params)
-        points = sum(
-            int(np.prod(np.shape(s.value))) for s in setup.sites.values() if s.kind == "observed"
-        )
-        size = max(1, min(num_draws, REPLAY_POINTS // max(1, points)))
+        size = replay_chunk_size(setup, most=num_draws)
         potential = be.jit(
             be.vmap(lambda row, data: density.potential(row, data), in_axes=(0, None))
         )
@@ -60,6 +57,6 @@ def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed:
         for start in range(0, num_draws, size):
             chunk = theta[start : start + size]
             real = len(chunk)
-            values = potential(be.asarray(_pad(chunk, size)), density.data)
+            values = potential(be.asarray(pad_rows(chunk, size)), density.data)
             out[start : start + real] = np.asarray(be.to_numpy(values), dtype=float)[:real]
     return -out - np.asarray(log_q, dtype=float)

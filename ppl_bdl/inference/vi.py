@@ -72,11 +72,11 @@ def run_vi(
 
     Options: ``guide`` ("meanfield", "lowrank", "fullrank", "flow", "delta", a registered name or a
     ``@bdl.guide`` function), ``objective`` ("elbo", "renyi", "iwae"), ``alpha``, ``kl`` ("auto",
-    "analytic", "mc"), ``num_particles``, ``num_steps`` (None: until the loss has
-    converged, at least 2,000 and at most 50,000 steps; see :mod:`~ppl_bdl.inference.vi_monitor`),
-    ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr`` (0.01; 0.003 for fullrank, 0.001 for flow), ``num_particles`` (1; 8 for the flow guide),
-    ``momentum``, ``schedule`` ("constant", "exponential",
-    "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
+    "analytic", "mc"), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
+    the loss has converged, at least 2,000 and at most 50,000 steps; see
+    :mod:`~ppl_bdl.inference.vi_monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
+    (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("constant",
+    "exponential", "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
     coordinate-wise median of 20 prior draws, robust and not exactly symmetric, so BNN units
     start apart; "prior": one prior draw; a dict of site values; a flat array),
     ``chunk_size`` (steps per compiled call), and the guide's own settings (``rank``, ``blocks``,
