@@ -1,44 +1,55 @@
 """The NumPyro backend's compiled loop over a chunk of steps: one ``jax.jit`` per fit.
 
-The runner compiles once per fit (the chunk's length, the number of kept rows and the shapes of
-the inputs are its static arguments; how many of the chunk's steps run is a traced count), so
-warmup, sampling and a shorter last chunk share one program. The body is the core's step; around
-it the loop only counts steps, records the first step whose ``ok`` is False (``failed_at``) and
-writes ``emit(carry)`` into a preallocated buffer of kept rows at kept steps, so only the kept
-draws ever leave the device. Its shape depends on the device:
+The body is the core's step; around it the loop does only what a hand-written ``lax.scan``
+does (a counter, each step's info stored) plus an ``&`` of each step's "info is finite" into one
+flag, and ``emit(state)`` written at kept steps. The program compiles once per fit (the chunk's
+length, the number of kept rows and the shapes are static; how many steps run is a traced
+count), so warmup, sampling and a shorter last chunk share it. Its shape depends on the device:
 
-- **CPU**: a ``lax.while_loop`` that runs the chunk's real steps and stops right after the first
-  failed step, whose update it has applied (``failed_step_applied``: the driver re-runs the
-  chunk up to that step for the state before it). No step's update is gated: a select between
-  the old and the new state on ``ok`` made XLA's CPU backend fuse the step's noise into every
-  consumer and cost a quarter of a mean-field VI step (docs/benchmarks.md).
-- **GPU**: a ``lax.scan`` of known length (a loop whose condition depends on the data makes the
-  host wait for the device every step), where each update is kept only while no step has failed
-  (a select, which fuses into the update's own kernel).
+- **CPU**: the steps run ungated, and nothing in a step branches on its result (XLA's CPU
+  runtime moved a loop body whose kernels wait on a per-step scalar onto its thread pool, which
+  cost up to half a toy step: docs/benchmarks.md). Kept rows cost nothing per step: the loop is
+  a loop over segments, each "run the steps up to the next kept one (an inner loop), then write
+  ``emit(state)`` into the next row". When a chunk comes back with its flag down, the runner
+  runs that chunk again from its start with the gated loop below, which stops at the failed
+  step with the state before it (the chunk's arrays are never changed in place).
+- **GPU**: the gated loop: a ``lax.scan`` of known length (a loop whose trip count is data
+  makes the host wait for the device every step), each update kept only while no step has
+  failed (a select, which fuses into the update's own kernel).
 
 Example
 -------
 >>> import jax.numpy as jnp, numpy as np
 >>> from ppl_bdl.backends._jax_loop import compile_loop
->>> def step(carry, x, data):
-...     new = carry + data * x["inc"]
-...     return new, {"value": new}, jnp.isfinite(new)
->>> run = compile_loop(step, emit=lambda c: c)
->>> xs = {"inc": jnp.arange(5.0), "keep": jnp.asarray([0, 1, 0, 1, 1], bool)}
->>> result = run(jnp.asarray(0.0), xs, jnp.asarray(2.0), num_steps=4, num_rows=3)
->>> float(result.carry), int(result.kept), np.asarray(result.rows).tolist()[:2]
-(12.0, 2, [2.0, 12.0])
+>>> def step(state, x, data):
+...     new = state + data * x["inc"]
+...     return new, {"value": new}
+>>> run = compile_loop(step, emit=lambda s: s)
+>>> xs = {"inc": jnp.arange(5.0)}
+>>> result = run(jnp.asarray(0.0), xs, jnp.asarray(2.0), np.array([0, 1, 0, 1], bool), 3)
+>>> float(result.state), result.rows.tolist(), result.infos["value"].tolist()
+(12.0, [2.0, 12.0], [0.0, 2.0, 6.0, 12.0])
 """
 
 from __future__ import annotations
 
-import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..backend_protocol import LoopResult
+
+
+class _Chunk(NamedTuple):
+    state: object
+    ok: object
+    rows: object
+    infos: object
+    kept: object
+    failed_at: object
 
 
 def compile_loop(step, emit, on_cpu: bool | None = None):
@@ -48,73 +59,131 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
     """
     if on_cpu is None:
         on_cpu = jax.default_backend() == "cpu"
-    # One jitted step: tracing it for the shapes of its infos (the while loop preallocates them)
-    # fills jit's cache, so the loop's body reuses that trace.
+    # One jitted step: tracing it for the shapes of its infos fills jit's cache, so the loop's
+    # body reuses that trace.
     step = jax.jit(step)
-    run = _while_run(step, emit) if on_cpu else _scan_run(step, emit)
-    compiled = jax.jit(run, static_argnames=("num_rows",))
+    fast = jax.jit(_segment_run(step, emit), static_argnames=("num_rows", "trace"))
+    gated = jax.jit(_gated_run(step, emit), static_argnames=("num_rows",))
 
-    @functools.wraps(run)
-    def runner(carry, xs, data, num_steps: int, num_rows: int) -> LoopResult:
-        out = compiled(carry, xs, data, jnp.asarray(num_steps, jnp.int32), num_rows=num_rows)
-        return out._replace(failed_step_applied=on_cpu)
+    def runner(state, xs, data, keep, num_rows: int, trace: bool = True) -> LoopResult:
+        keep = np.asarray(keep, bool)
+        steps, kept = len(keep), int(keep.sum())
+        if kept > num_rows:
+            raise ValueError(f"{kept} kept steps in a chunk with room for {num_rows} rows")
+        count = jnp.asarray(steps, jnp.int32)
+        if on_cpu:
+            ends = np.full(num_rows + 1, steps, np.int32)
+            ends[:kept] = np.flatnonzero(keep) + 1
+            out = fast(state, xs, data, count, jnp.asarray(ends), num_rows=num_rows, trace=trace)
+            if bool(out.ok):
+                return _read(out._replace(kept=kept, failed_at=-1), steps, None if trace else kept)
+        length = jax.tree_util.tree_leaves(xs)[0].shape[0]
+        mask = np.pad(keep, (0, length - steps))
+        out = gated(state, xs, data, count, jnp.asarray(mask), num_rows=num_rows)
+        result = _read(out, steps)
+        if trace:
+            return result
+        return result._replace(infos={k: v[mask[: len(v)]] for k, v in result.infos.items()})
 
-    runner.compiled = compiled
+    runner.fast, runner.gated = fast, gated
     return runner
 
 
-def _while_run(step, emit):
-    def run(carry, xs, data, num_steps, num_rows):
-        length = jax.tree_util.tree_leaves(xs)[0].shape[0]
-        _, info, _ = jax.eval_shape(step, carry, _at(xs, 0), data)
-        infos = jax.tree_util.tree_map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), info)
+def _segment_run(step, emit):
+    """The CPU shape: segments of steps, each ending at a kept step (see the module docstring).
+    ``ends[r]`` is the step after the r-th kept one; ``ends[kept:]`` is the chunk's end.
+    ``trace``: every step's info is stored, else the kept steps' only (written with the rows)."""
+
+    def run(state, xs, data, num_steps, ends, num_rows, trace):
+        infos = _info_buffers(step, state, xs, data, None if trace else num_rows + 1)
+        last = jax.tree_util.tree_map(lambda a: a[0], infos)
+
+        def one(carry):
+            state, ok, t, infos, _ = carry
+            new, info = step(state, _at(xs, t), data)
+            infos = _write(infos, t, info) if trace else infos
+            return new, ok & _finite(info), t + 1, infos, info
+
+        def segment(carry):
+            state, ok, t, r, rows, infos, last = carry
+            end = ends[r]
+            state, ok, t, infos, last = lax.while_loop(
+                lambda c: c[2] < end, one, (state, ok, t, infos, last)
+            )
+            infos = infos if trace else _write(infos, r, last)
+            return state, ok, t, r + 1, _write(rows, r, emit(state)), infos, last
+
         zero = jnp.asarray(0, jnp.int32)
-        init = (carry, _row_buffers(emit(carry), num_rows), infos, zero, zero, zero - 1)
-
-        def running(state):
-            t, failed_at = state[-2:]
-            return (t < num_steps) & (failed_at < 0)
-
-        def body(state):
-            carry, rows, infos, slot, t, failed_at = state
-            x = _at(xs, t)
-            new, info, ok = step(carry, x, data)
-            infos = _write(infos, t, info)
-            keep = ok & x["keep"]
-            rows = lax.cond(keep, lambda b: _write(b, slot, emit(new)), lambda b: b, rows)
-            failed_at = jnp.where(ok, failed_at, t)
-            return new, rows, infos, slot + keep.astype(slot.dtype), t + 1, failed_at
-
-        carry, rows, infos, kept, _, failed_at = lax.while_loop(running, body, init)
-        return LoopResult(carry, infos, _first(rows, num_rows), failed_at, kept)
+        rows = _row_buffers(emit(state), num_rows)
+        init = (state, jnp.asarray(True), zero, zero, rows, infos, last)
+        state, ok, _, _, rows, infos, _ = lax.while_loop(
+            lambda c: c[2] < num_steps, segment, init
+        )
+        return _Chunk(state, ok, rows, infos, None, None)
 
     return run
 
 
-def _scan_run(step, emit):
-    def run(carry, xs, data, num_steps, num_rows):
-        def body(state, x):
-            carry, rows, slot, failed_at, t = state
-            new, info, ok = step(carry, x, data)
+def _gated_run(step, emit):
+    """The gated shape: a scan of the chunk's compiled length whose updates are kept only while
+    no step has failed; stops changing anything at the first failed step."""
+
+    def run(state, xs, data, num_steps, keep, num_rows):
+        def body(carry, x):
+            state, rows, slot, failed_at, t = carry
+            new, info = step(state, x, data)
             live = (failed_at < 0) & (t < num_steps)
+            ok = _finite(info)
             failed_at = jnp.where(live & ~ok, t, failed_at)
             proceed = live & ok
-            carry = jax.tree_util.tree_map(lambda a, b: jnp.where(proceed, a, b), new, carry)
-            keep = proceed & x["keep"]
+            state = jax.tree_util.tree_map(lambda a, b: jnp.where(proceed, a, b), new, state)
             # Every step writes its row into the next free slot (the buffer has one spare row)
             # and only a kept step advances the slot: no conditional for the host to wait on.
-            rows = _write(rows, slot, emit(carry))
-            return (carry, rows, slot + keep.astype(slot.dtype), failed_at, t + 1), info
+            rows = _write(rows, slot, emit(state))
+            slot = slot + (proceed & x["keep"]).astype(slot.dtype)
+            return (state, rows, slot, failed_at, t + 1), info
 
         zero = jnp.asarray(0, jnp.int32)
-        init = (carry, _row_buffers(emit(carry), num_rows), zero, zero - 1, zero)
-        (carry, rows, kept, failed_at, _), infos = lax.scan(body, init, xs)
-        return LoopResult(carry, infos, _first(rows, num_rows), failed_at, kept)
+        init = (state, _row_buffers(emit(state), num_rows), zero, zero - 1, zero)
+        (state, rows, kept, failed_at, _), infos = lax.scan(body, init, dict(xs, keep=keep))
+        return _Chunk(state, failed_at < 0, rows, infos, kept, failed_at)
 
     return run
+
+
+def _read(out: _Chunk, steps: int, kept_infos: int | None = None) -> LoopResult:
+    """The chunk's results on the host: rows and infos up to the failed step (if any); infos
+    stored for the kept steps only (``kept_infos`` of them), not per step."""
+    kept, failed_at = int(out.kept), int(out.failed_at)
+    end = steps if failed_at < 0 else failed_at
+    end = end if kept_infos is None else kept_infos
+    infos = jax.tree_util.tree_map(lambda a: np.asarray(a), jax.device_get(out.infos))
+    rows = None
+    if kept:
+        rows = jax.tree_util.tree_map(lambda a: np.asarray(a[:kept]), jax.device_get(out.rows))
+    failed = None if failed_at < 0 else {k: v[failed_at] for k, v in infos.items()}
+    return LoopResult(out.state, {k: v[:end] for k, v in infos.items()}, rows, failed_at, failed)
+
+
+def _finite(info: dict):
+    """A scalar boolean: every floating number in ``info`` is finite."""
+    ok = jnp.asarray(True)
+    for value in jax.tree_util.tree_leaves(info):
+        if jnp.issubdtype(jnp.result_type(value), jnp.floating):
+            ok = ok & jnp.isfinite(jnp.sum(value))
+    return ok
+
+
+def _info_buffers(step, state, xs, data, length: int | None = None):
+    """Zeros for ``length`` steps' infos (default: the chunk's compiled length)."""
+    length = length or jax.tree_util.tree_leaves(xs)[0].shape[0]
+    _, info = jax.eval_shape(step, state, _at(xs, 0), data)
+    return jax.tree_util.tree_map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), info)
 
 
 def _at(xs, t):
+    # An unsigned index: JAX wraps a signed one that could be negative with a select per step.
+    t = jnp.asarray(t).astype(jnp.uint32)
     return jax.tree_util.tree_map(lambda a: lax.dynamic_index_in_dim(a, t, keepdims=False), xs)
 
 
@@ -132,7 +201,3 @@ def _write(buffers, index, value):
         buffers,
         value,
     )
-
-
-def _first(rows, num_rows: int):
-    return jax.tree_util.tree_map(lambda b: b[:num_rows], rows)

@@ -21,17 +21,11 @@ from jax import lax
 from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
 
-from ..backend_protocol import NativeSettings
+from ..backend_protocol import NativeSettings, Transition
 from ..runtime import use_backend
 
 
-class NativeTransition(NamedTuple):
-    init: Any
-    step: Any
-    emit: Any
-
-
-def native_transition(backend, potential, settings: NativeSettings) -> NativeTransition:
+def native_transition(backend, potential, settings: NativeSettings) -> Transition:
     """NumPyro's NUTS (or HMC) on ``potential(flat, data)`` as ``(init, step, emit)``."""
     algo = "NUTS" if settings.method == "nuts" else "HMC"
 
@@ -60,7 +54,7 @@ def native_transition(backend, potential, settings: NativeSettings) -> NativeTra
     def init(key, position, data):
         return init_kernel(position, rng_key=key, model_args=(data,), **options)
 
-    def step(key, state, batch):
+    def step(key, state, batch, rate):
         new = sample_kernel(state, model_args=(batch.data,))
         info = {
             "diverging": new.diverging,
@@ -72,18 +66,20 @@ def native_transition(backend, potential, settings: NativeSettings) -> NativeTra
         }
         return new, info
 
-    return NativeTransition(init, step, lambda state: state.z)
+    return Transition(init, step, lambda state: state.z)
 
 
 class SGMCMCState(NamedTuple):
     """The state NumPyro's MCMC carries: the flat position (the sample field), the core's
-    transition state, the epoch permutation and where the next minibatch starts."""
+    transition state, the epoch permutation, where the next minibatch starts and the step count
+    (the step size's schedule reads it)."""
 
     position: Any
     inner: Any
     perm: Any
     cursor: Any
     rng_key: Any
+    count: Any
 
 
 class NumPyroSGMCMC(MCMCKernel):
@@ -99,7 +95,7 @@ class NumPyroSGMCMC(MCMCKernel):
     ...     mu = bdl.sample("mu", dist.Normal(0.0, 10.0))
     ...     with bdl.plate("data", y.shape[0]) as idx:
     ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
-    >>> kernel = bdl.kernels.native_kernel(mean_model(np.zeros(50)), "numpyro", "sghmc",
+    >>> kernel = bdl.native_kernel(mean_model(np.zeros(50)), "numpyro", "sghmc",
     ...                                    step_size=1e-3, batch_size=10)
     >>> mcmc = MCMC(kernel, num_warmup=50, num_samples=50, progress_bar=False)
     >>> mcmc.run(jax.random.PRNGKey(0))
@@ -128,7 +124,7 @@ class NumPyroSGMCMC(MCMCKernel):
             inner = spec.transition.init(key_init, position, spec.data)
             size = spec.plate[1] if spec.plate else 1
             perm = jax.random.permutation(key_perm, size).astype(jnp.int32)
-            return SGMCMCState(position, inner, perm, jnp.asarray(0), rng_key)
+            return SGMCMCState(position, inner, perm, jnp.asarray(0), rng_key, jnp.asarray(0))
 
     def sample(self, state, model_args, model_kwargs):
         spec, be = self.spec, self.backend
@@ -144,9 +140,10 @@ class NumPyroSGMCMC(MCMCKernel):
             idx = lax.dynamic_slice(perm, (cursor * b,), (b,))
             cursor = cursor + 1
         with be.scope(), use_backend(be):
-            inner, _ = spec.transition.step(key_step, state.inner, spec.batch(idx))
+            rate = spec.rate(state.count)
+            inner, _ = spec.transition.step(key_step, state.inner, spec.batch(idx), rate)
             position = spec.transition.emit(inner)
-        return SGMCMCState(position, inner, perm, cursor, rng_key)
+        return SGMCMCState(position, inner, perm, cursor, rng_key, state.count + 1)
 
     def postprocess_fn(self, model_args, model_kwargs):
         spec = self.spec

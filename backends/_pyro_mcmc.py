@@ -6,7 +6,9 @@ every other method. The potential is traced once to a TorchScript graph (Pyro's 
 ``jit_compile`` only applies to models, not to a potential function): each leapfrog step then
 costs a graph call instead of a walk through the model in Python. Pyro's kernels draw from
 torch's global generator; each chain carries that generator's state in its own state, so a chain's
-draws depend only on its seed.
+draws depend only on its seed. A chain's state is Pyro's kernel object, which a step changes in
+place: after a failed step the loop keeps the draws before it, not that state (MCMC needs only
+the draws).
 
 :class:`PyroSGMCMC` is the other direction: a registered SG-MCMC transition of the core as a
 ``pyro.infer.mcmc.MCMCKernel``, so ``pyro.infer.MCMC`` drives it.
@@ -14,20 +16,12 @@ draws depend only on its seed.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import torch
 from pyro.infer.mcmc import HMC, NUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from ..backend_protocol import NativeSettings
+from ..backend_protocol import NativeSettings, Transition
 from ..runtime import use_backend
-
-
-class NativeTransition(NamedTuple):
-    init: Any
-    step: Any
-    emit: Any
 
 
 class _ChainState:
@@ -40,7 +34,7 @@ class _ChainState:
         self.divergences = 0
 
 
-def native_transition(backend, potential, settings: NativeSettings) -> NativeTransition:
+def native_transition(backend, potential, settings: NativeSettings) -> Transition:
     """Pyro's NUTS (or HMC) on ``potential(flat, data)`` as ``(init, step, emit)``."""
 
     def init(key, position, data):
@@ -75,7 +69,7 @@ def native_transition(backend, potential, settings: NativeSettings) -> NativeTra
             rng_state = _get_rng(position)
         return _ChainState(kernel, {"theta": position}, rng_state, counter)
 
-    def step(key, state: _ChainState, batch):
+    def step(key, state: _ChainState, batch, rate):
         kernel = state.kernel
         calls_before = state.counter["calls"]
         with torch.random.fork_rng(devices=_cuda(state.params["theta"])):
@@ -85,7 +79,7 @@ def native_transition(backend, potential, settings: NativeSettings) -> NativeTra
             state.rng_state = _get_rng(state.params["theta"])
         return state, _stats(state, kernel, state.counter["calls"] - calls_before, settings)
 
-    return NativeTransition(init, step, lambda state: state.params["theta"])
+    return Transition(init, step, lambda state: state.params["theta"])
 
 
 def _stats(state: _ChainState, kernel, calls: int, settings: NativeSettings) -> dict:
@@ -141,7 +135,7 @@ class PyroSGMCMC(MCMCKernel):
     ...     mu = bdl.sample("mu", dist.Normal(0.0, 10.0))
     ...     with bdl.plate("data", y.shape[0]) as idx:
     ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
-    >>> kernel = bdl.kernels.native_kernel(mean_model(np.zeros(50)), "pyro", "sgld",
+    >>> kernel = bdl.native_kernel(mean_model(np.zeros(50)), "pyro", "sgld",
     ...                                    step_size=1e-3, batch_size=10)
     >>> mcmc = MCMC(kernel, num_samples=20, warmup_steps=20, disable_progbar=True)
     >>> mcmc.run()
@@ -185,7 +179,8 @@ class PyroSGMCMC(MCMCKernel):
         spec, be = self.spec, self.backend
         with be.scope(), use_backend(be), torch.no_grad():
             idx = be.asarray(self._batches.next_block(1)[0]) if self._batches else None
-            state, self._info = spec.transition.step(self._key, self._state, spec.batch(idx))
+            rate = spec.rate(be.asarray(self._step, dtype="int"))
+            state, self._info = spec.transition.step(self._key, self._state, spec.batch(idx), rate)
             spec.check(self._info, self._step)
             self._state = state
             self._step += 1

@@ -1,21 +1,24 @@
 """The Pyro backend's loop: a plain Python loop around the core's step, on the fit's device.
 
-It runs the chunk's real steps only (no padding), stops at the first step whose ``ok`` is False
-(that step's update is not kept), and clones ``emit(carry)`` at kept steps. The step itself is
-traced where it pays (:meth:`PyroBackend.trace_value_and_grad`); the loop adds no work.
+It runs the chunk's steps, keeps each step's info (read to the host: reading it is the
+finiteness check), clones ``emit(state)`` at kept steps, and stops at the first step whose
+info is not finite, returning the state from before it. A step's new state is a new object,
+or, where a step updates arrays in place (``torch.optim``'s in-place optimizers), an update
+whose gradient is not finite changes nothing (see :mod:`._torch_optimizer`): either way the
+state the loop held before the failed step is that step's input, unchanged.
 
 Example
 -------
->>> import torch
+>>> import numpy as np, torch
 >>> from ppl_bdl.backends._torch_loop import compile_loop
->>> def step(carry, x, data):
-...     new = carry + data * x["inc"]
-...     return new, {"value": new}, torch.isfinite(new)
->>> run = compile_loop(step, emit=lambda c: c)
->>> xs = {"inc": torch.arange(5.0), "keep": torch.tensor([0, 1, 0, 1, 1], dtype=torch.bool)}
->>> result = run(torch.tensor(0.0), xs, torch.tensor(2.0), num_steps=4, num_rows=3)
->>> float(result.carry), int(result.kept), result.rows[:2].tolist()
-(12.0, 2, [2.0, 12.0])
+>>> def step(state, x, data):
+...     new = state + data * x["inc"]
+...     return new, {"value": new}
+>>> run = compile_loop(step, emit=lambda s: s)
+>>> xs = {"inc": torch.arange(5.0)}
+>>> result = run(torch.tensor(0.0), xs, torch.tensor(2.0), np.array([0, 1, 0, 1], bool), 3)
+>>> float(result.state), result.rows.tolist(), result.infos["value"].tolist()
+(12.0, [2.0, 12.0], [0.0, 2.0, 6.0, 12.0])
 """
 
 from __future__ import annotations
@@ -24,35 +27,54 @@ import numpy as np
 import torch
 
 from ..backend_protocol import LoopResult
-from ._torch_trees import index_tree, stack_tree, tree_map
+from ._torch_trees import index_tree, tree_map
 
 
 def compile_loop(step, emit):
     """The runner of ``step`` over chunks (see :meth:`ppl_bdl.backend_protocol.Autodiff.compile_loop`)."""
 
-    def runner(carry, xs, data, num_steps: int, num_rows: int) -> LoopResult:
-        keep = np.asarray(xs["keep"].cpu() if isinstance(xs["keep"], torch.Tensor) else xs["keep"])
+    def runner(state, xs, data, keep, num_rows: int, trace: bool = True) -> LoopResult:
+        keep = np.asarray(keep, bool)
         infos, rows = [], []
-        failed_at = -1
+        failed_at, failed = -1, None
         with torch.no_grad():
-            for i in range(num_steps):
-                new, info, ok = step(carry, index_tree(xs, i), data)
-                infos.append(info)
-                if not bool(ok):
-                    failed_at = i
+            for i in range(len(keep)):
+                new, info = step(state, index_tree(xs, i), data)
+                values = _host(info)
+                if not _finite(values):
+                    failed_at, failed = i, values
                     break
-                carry = new
-                if keep[i] and len(rows) < num_rows:
-                    rows.append(tree_map(lambda a: a.detach().clone(), emit(carry)))
-        kept = len(rows)
-        if rows and kept < num_rows:  # pad to the promised number of rows (never read)
-            rows += [rows[-1]] * (num_rows - kept)
-        return LoopResult(
-            carry,
-            stack_tree(infos) if infos else None,
-            stack_tree(rows) if rows else None,
-            failed_at,
-            kept,
-        )
+                state = new
+                if trace or keep[i]:
+                    infos.append(values)
+                if keep[i]:
+                    rows.append(tree_map(lambda a: a.detach().clone(), emit(state)))
+        if len(rows) > num_rows:
+            raise ValueError(f"{len(rows)} kept steps in a chunk with room for {num_rows} rows")
+        return LoopResult(state, _stack(infos), _stack_rows(rows), failed_at, failed)
 
     return runner
+
+
+def _host(info: dict) -> dict:
+    """The info's values on the host, as NumPy (their dtypes kept)."""
+    return {k: v.cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            for k, v in info.items()}  # fmt: skip
+
+
+def _finite(values: dict) -> bool:
+    return all(
+        np.isfinite(v).all() for v in values.values() if np.issubdtype(v.dtype, np.floating)
+    )
+
+
+def _stack(infos: list[dict]) -> dict:
+    if not infos:
+        return {}
+    return {k: np.asarray([i[k] for i in infos]) for k in infos[0]}
+
+
+def _stack_rows(rows: list):
+    if not rows:
+        return None
+    return tree_map(lambda *a: torch.stack(a).cpu().numpy(), *rows)

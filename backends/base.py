@@ -24,7 +24,6 @@ class BackendBase:
     #: The pip extra that installs this backend.
     extra: ClassVar[str]
     vectorized_chains: ClassVar[bool] = False
-    asynchronous_loop: ClassVar[bool] = False
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self.precision = precision

@@ -113,7 +113,6 @@ class NumPyroBackend(BackendBase):
     name = "numpyro"
     extra = "numpyro"
     vectorized_chains = True
-    asynchronous_loop = True
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self._jax_device = _resolve(device)

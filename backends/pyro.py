@@ -126,7 +126,6 @@ class PyroBackend(BackendBase):
     name = "pyro"
     extra = "pyro"
     vectorized_chains = False
-    asynchronous_loop = False
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self.torch_device = _resolve(device)

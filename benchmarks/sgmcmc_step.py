@@ -17,15 +17,10 @@ import argparse
 import time
 
 import numpy as np
+from anchors import ours_loop
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.driver import plan_run, run_chains
-from ppl_bdl.inference.minibatch import EpochBatches, minibatch_plate
-from ppl_bdl.inference.sgmcmc import sgmcmc_transition
-from ppl_bdl.inference.step_size import with_step_size
-from ppl_bdl.schedules import make_schedule
 
 D, H, B = 8, 50, 100
 NOISE = 0.1
@@ -77,25 +72,8 @@ def make_ours(backend: str, method: str, n: int, steps: int, **options) -> float
     the same transition, plan, epoch minibatches and kept-draw read-back, without the set-up
     (tracing the model, the posterior) that ``fit`` adds once per run."""
     X, y = make_data(n)
-    setup = prepare(bnn(X, y), backend, "float32", 0)
-    entry = bdl.kernels.get(method)
-    plate = minibatch_plate(setup, B)
-    unit = make_schedule("constant", 1.0, num_steps=steps)
-    transition, data = sgmcmc_transition(setup, entry, options, unit, plate, B, steps, 4)
-    transition = with_step_size(transition, STEP_TIMES_N / n)
-    keep = np.zeros(steps, bool)
-    keep[-1] = True
-    plan = plan_run(keep, 1, setup.layout.dim)
-    init = np.random.default_rng(0).normal(size=(1, setup.layout.dim)) * 0.1
-
-    def run():
-        result = run_chains(
-            setup.backend, transition, init, 1, plan, data,
-            lambda chain: EpochBatches(n, B, [1, chain, 7]), method,
-        )  # fmt: skip
-        assert result.failure is None, result.failure
-
-    return run
+    run = ours_loop(backend, method, bnn(X, y), B, STEP_TIMES_N / n, kept=1)
+    return lambda: run(steps)
 
 
 # -- (a) hand-written SGD steps -------------------------------------------------------------------

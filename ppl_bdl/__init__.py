@@ -31,6 +31,7 @@ from .errors import (
 )
 from .fit import CostWarning, fit
 from .guides.custom import guide
+from .inference.native_kernel import native_kernel
 from .model import BoundModel, Model, model
 from .persistence import load
 from .posterior import Posterior
@@ -66,6 +67,7 @@ __all__ = [
     "load",
     "math",
     "model",
+    "native_kernel",
     "nn",
     "param",
     "plate",

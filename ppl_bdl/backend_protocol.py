@@ -44,26 +44,47 @@ PyTree = Any
 
 
 # -- data types of the seam ---------------------------------------------------------------------
-class LoopResult(NamedTuple):
-    """What a compiled chunk returns.
+class Batch(NamedTuple):
+    """What a step sees of the data: the data's arrays (on the device) and the minibatch's
+    indices into the subsampled plate (None for a full batch)."""
 
-    ``carry``: the state after the last applied step. ``infos``: every step's ``info`` stacked
-    (leading axis: steps; entries at and after ``failed_at`` are not to be read). ``rows``: the
-    kept draws, ``emit(carry)`` after each kept step, stacked (leading axis: ``num_rows``; the
-    first ``kept`` are filled). ``failed_at``: the index of the first step whose ``ok`` was
-    False, or -1. ``kept`` and ``failed_at`` may be backend scalars (read them with ``int``:
-    on an asynchronous backend that waits for the chunk). ``failed_step_applied``: after a
-    failure, whether ``carry`` includes the failed step's update (a runner that does not gate
-    its updates); the driver then runs the chunk again from its start for ``failed_at`` steps,
-    which gives the state before it (the runner's arrays are never changed in place).
+    data: Any
+    indices: Any
+
+
+class Transition(NamedTuple):
+    """A method's per-chain transition: the one shape of every iterative method (SG-MCMC
+    kernels, VI, the backends' NUTS and HMC), BlackJAX's kernel shape with the data passed in.
+
+    ``init(key, position, data) -> state``; ``step(key, state, batch, rate) -> (state, info)``,
+    where ``batch`` is a :class:`Batch` and ``rate`` the step's scheduled rate (an SG-MCMC step
+    size, a VI learning rate; unused by NUTS/HMC), computed by the driver ahead of the loop;
+    ``emit(state)``, what a kept step keeps (the position; nothing for VI). ``info`` is a dict
+    of arrays: a step whose info holds a non-finite float has failed.
     """
 
-    carry: PyTree
-    infos: PyTree
+    init: Callable[[Key, Array, Any], PyTree]
+    step: Callable[[Key, PyTree, Batch, Any], tuple[PyTree, dict]]
+    emit: Callable[[PyTree], PyTree]
+
+
+class LoopResult(NamedTuple):
+    """What a compiled chunk returns, read back to the host.
+
+    ``state``: the state after the last step that did not fail (the state before the failed
+    step, if one failed; backend arrays). ``infos``: every step's info up to (not including) the
+    failed step, stacked (NumPy; leading axis steps), or, from a runner called with
+    ``trace=False``, the kept steps' infos only. ``rows``: ``emit(state)`` after each kept
+    step before the failure, stacked (NumPy; leading axis kept rows). ``failed_at``: the index
+    of the first step whose info was not finite, or -1; ``failed_info``: that step's info (NumPy),
+    else None.
+    """
+
+    state: PyTree
+    infos: dict
     rows: PyTree
-    failed_at: Any
-    kept: Any
-    failed_step_applied: bool = False
+    failed_at: int = -1
+    failed_info: dict | None = None
 
 
 class Optimizer(NamedTuple):
@@ -190,11 +211,6 @@ class Arrays(Protocol):
 class Autodiff(Protocol):
     #: Whether chains run side by side in one vectorised loop (else one after another).
     vectorized_chains: bool
-    #: Whether a loop's runner returns before its chunk has run (JAX): the driver then queues
-    #: the next chunk before it reads one. A synchronous runner (torch) has run its chunk when
-    #: it returns, and its steps may change the state's arrays in place (an optimizer's
-    #: parameters): the driver reads each chunk before it runs the next.
-    asynchronous_loop: bool
 
     def value_and_grad(self, fn: Callable, has_aux: bool = False) -> Callable: ...
     def grad(self, fn: Callable) -> Callable: ...
@@ -207,15 +223,18 @@ class Autodiff(Protocol):
         ...
 
     def compile_loop(self, step: Callable, emit: Callable) -> Callable:
-        """A runner of ``step(carry, x, data) -> (carry, info, ok)`` over a chunk of steps.
+        """A runner of ``step(state, x, data) -> (state, info)`` over a chunk of steps.
 
-        ``runner(carry, xs, data, num_steps, num_rows) -> LoopResult``: runs the first
-        ``num_steps`` entries of ``xs`` (a dict of per-step inputs, leading axis steps, with a
-        boolean ``"keep"``) and stops at the first step whose ``ok`` is False: that step's update
-        is either not kept or reported as applied (``LoopResult.failed_step_applied``), and no
-        later step changes the carry; ``emit(carry)`` is kept after each kept step (at most
-        ``num_rows``). ``data`` is passed to every step unchanged (not baked into the compiled
-        program).
+        ``runner(state, xs, data, keep, num_rows, trace=True) -> LoopResult``: ``xs`` is a dict
+        of per-step inputs (leading axis: the chunk's compiled length), ``keep`` a host bool
+        array whose length is the number of steps to run and whose True entries are the steps
+        whose ``emit(state)`` is kept (at most ``num_rows`` of them; the runner compiles once
+        per ``num_rows``, ``trace`` and input shapes, so a shorter last chunk reuses the
+        program). ``trace``: every step's info comes back, else the kept steps' only. ``data``
+        is passed to every step unchanged (never baked into the compiled program). The runner
+        stops at the first step whose info holds a non-finite float and returns the state from
+        before that step (:class:`LoopResult`): how it gets there (a gated step, or a re-run of
+        the chunk from its start) is the backend's business, never the driver's.
         """
         ...
 
@@ -241,15 +260,15 @@ class Optimizers(Protocol):
 
 @runtime_checkable
 class NativeSamplers(Protocol):
-    def native_transition(self, potential: Callable, settings: NativeSettings) -> Any:
-        """The backend's NUTS/HMC on ``potential(flat, data)`` as a transition of the core's
-        driver: ``init(key, position, data)``, ``step(key, state, batch) -> (state, info)`` (info:
-        ``diverging``, ``n_steps``, ``acceptance_rate``, ``step_size``, ``lp``, optionally
-        ``energy``), ``emit(state)`` (the position)."""
+    def native_transition(self, potential: Callable, settings: NativeSettings) -> Transition:
+        """The backend's NUTS/HMC on ``potential(flat, data)`` as a :class:`Transition` of the
+        core's driver (its ``rate`` unused; info: ``diverging``, ``n_steps``,
+        ``acceptance_rate``, ``step_size``, ``lp``, optionally ``energy``; ``emit``: the
+        position)."""
         ...
 
     def native_sgmcmc_kernel(self, spec: Any) -> Any:
-        """Our SG-MCMC transition (``spec``: :class:`ppl_bdl.kernels.native.NativeSpec`) as a
+        """Our SG-MCMC transition (``spec``: :class:`ppl_bdl.inference.native_kernel.NativeSpec`) as a
         kernel of the backend's own MCMC driver."""
         ...
 

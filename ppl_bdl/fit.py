@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -10,12 +11,11 @@ from typing import Any
 from . import kernels
 from .errors import ConfigError
 from .inference.common import prepare
+from .inference.native_mcmc import NativeConfig, run_native_mcmc
+from .inference.sgmcmc import SGMCMCConfig, run_sgmcmc
 
-#: Options of NUTS/HMC (besides the common ones).
-NATIVE_OPTIONS = {
-    "target_accept", "max_tree_depth", "num_steps", "step_size", "dense_mass", "chain_method",
-    "chunk_size",
-}  # fmt: skip
+#: Options of NUTS/HMC (besides the common ones): the settings of :class:`NativeConfig`.
+NATIVE_OPTIONS = set(inspect.signature(NativeConfig.build).parameters) - {"method"}
 
 
 def _want_progress(progress: bool | None) -> bool:
@@ -171,19 +171,18 @@ def fit(
                 f"unknown option(s) {sorted(unknown)} for method {method!r}; expected some of "
                 f"{sorted(NATIVE_OPTIONS)}."
             )
+        config = NativeConfig.build(method, **options)
+    else:
+        config = SGMCMCConfig.build(method, **options)
     setup = prepare(bound, backend, precision, seed, device)
     setup.settings.update(settings, num_warmup=num_warmup, num_samples=num_samples,
                           num_chains=num_chains, thinning=thinning, **_where(setup))  # fmt: skip
     _check_params(setup, method, hold_params)
     if entry.kind == "native":
-        from .inference.native_mcmc import run_native_mcmc
-
         _warn_cost(setup, method)
-        post = run_native_mcmc(setup, method, **common, **options)
+        post = run_native_mcmc(setup, config, **common)
     else:
-        from .inference.sgmcmc import run_sgmcmc
-
-        post = run_sgmcmc(setup, entry, **common, **options)
+        post = run_sgmcmc(setup, config, **common)
     return _diagnose(post, setup, strict)
 
 

@@ -15,42 +15,43 @@ from ppl_bdl.inference.vi import VIRun
 
 
 def test_loop_contract(backend):
-    """Rows at kept steps, the real steps only, and a stop at the first failed step."""
+    """Rows at kept steps, the real steps only, and a stop at the first failed step with the
+    state from before it."""
     be = bdl.backends.get(backend)
-    _check_loop_contract(be, be.compile_loop(_grow, lambda carry: carry))
+    _check_loop_contract(be, be.compile_loop(_grow, lambda state: state))
 
 
-@pytest.mark.parametrize("on_cpu", [True, False], ids=["while-loop", "scan"])
+@pytest.mark.parametrize("on_cpu", [True, False], ids=["segments", "gated-scan"])
 def test_both_shapes_of_the_jax_loop_keep_the_contract(on_cpu):
-    """JAX's loop has a CPU shape (a while loop, ungated) and a GPU shape (a gated scan): both run
-    here, whatever the device."""
+    """JAX's loop has a CPU shape (segments of ungated steps, a gated re-run after a failure) and
+    a GPU shape (a gated scan): both run here, whatever the device."""
     from ppl_bdl.backends._jax_loop import compile_loop
 
     be = bdl.backends.get("numpyro")
-    runner = compile_loop(_grow, lambda carry: carry, on_cpu=on_cpu)
-    assert _check_loop_contract(be, runner).failed_step_applied is on_cpu
+    _check_loop_contract(be, compile_loop(_grow, lambda state: state, on_cpu=on_cpu))
 
 
-def _grow(carry, x, data):
-    new = carry + data * x["inc"]
-    return new, {"value": new}, bm.isfinite(bm.log(new))
+def _grow(state, x, data):
+    new = state + data * x["inc"]
+    return new, {"value": new, "log": bm.log(new)}
 
 
 def _check_loop_contract(be, runner):
     with be.scope(), be.activate():
-        xs = {"inc": be.asarray(np.array([1.0, 2.0, 3.0, -100.0, 5.0])),
-              "keep": be.asarray(np.array([True, False, True, True, True]))}  # fmt: skip
+        xs = {"inc": be.asarray(np.array([1.0, 2.0, 3.0, -100.0, 5.0, 0.0]))}
+        keep = np.array([True, False, True, True, True])
         two = be.asarray(2.0)
-        full = runner(be.asarray(0.0), xs, two, 3, 3)  # three real steps: 2, 6, 12
-        assert float(full.carry) == 12.0 and int(full.failed_at) == -1 and int(full.kept) == 2
-        np.testing.assert_allclose(be.to_numpy(full.rows)[:2], [2.0, 12.0])
-        failed = runner(be.asarray(0.0), xs, two, 5, 3)  # step 3 makes it negative: log is NaN
-        assert int(failed.failed_at) == 3 and int(failed.kept) == 2
-        np.testing.assert_allclose(be.to_numpy(failed.rows)[:2], [2.0, 12.0])
-        # The carry: the failed step's (-188) if the runner says it applied it, else the one
-        # before (12); no later step (+10) ran either way.
-        assert float(failed.carry) == (-188.0 if failed.failed_step_applied else 12.0)
-    return failed
+        full = runner(be.asarray(0.0), xs, two, keep[:3], 3)  # three steps: 2, 6, 12
+        assert float(full.state) == 12.0 and full.failed_at == -1 and full.failed_info is None
+        np.testing.assert_allclose(full.rows, [2.0, 12.0])
+        np.testing.assert_allclose(full.infos["value"], [2.0, 6.0, 12.0])
+        none_kept = runner(be.asarray(0.0), xs, two, np.zeros(2, bool), 3)
+        assert none_kept.rows is None and float(none_kept.state) == 6.0
+        failed = runner(be.asarray(0.0), xs, two, keep, 4)  # step 3 makes it negative: log NaN
+        assert failed.failed_at == 3 and np.isnan(failed.failed_info["log"])
+        np.testing.assert_allclose(failed.rows, [2.0, 12.0])
+        np.testing.assert_allclose(failed.infos["value"], [2.0, 6.0, 12.0])
+        assert float(failed.state) == 12.0  # the state before the failed step; no later step ran
 
 
 @bdl.model
@@ -149,7 +150,7 @@ def test_vi_stops_at_a_nan_loss(backend):
 
 def test_vi_keeps_the_parameters_from_before_the_failed_step(backend):
     """The state a failed run keeps is the one ``failed_at`` steps give from the start (on JAX's
-    CPU loop, which applies the failed step, the driver re-runs the chunk up to it)."""
+    CPU loop, which runs its steps ungated, the loop re-runs the chunk gated up to it)."""
 
     def run(num_steps):
         setup = prepare(cliff(), backend, "float64", 0)
@@ -167,36 +168,3 @@ def test_vi_keeps_the_parameters_from_before_the_failed_step(backend):
     expected = fresh.fitted_guide().params
     for name in expected:
         np.testing.assert_array_equal(kept[name], expected[name])
-
-
-def test_ctrl_c_during_the_re_run_keeps_the_failed_chunk_start(monkeypatch):
-    """JAX's CPU loop applies the failed step; if Ctrl-C stops the re-run that recovers the state
-    before it, the state the failed chunk started from is kept (an earlier, finite state)."""
-    be = bdl.backends.get("numpyro")
-    original = type(be).compile_loop
-
-    def compile_loop(self, step, emit):
-        runner = original(self, step, emit)
-
-        def interrupting(carry, xs, data, num_steps, num_rows):
-            if num_steps != 16:  # the re-run: as many steps as came before the failed one
-                raise KeyboardInterrupt
-            return runner(carry, xs, data, num_steps, num_rows)
-
-        return interrupting
-
-    def run(num_steps):
-        setup = prepare(cliff(), "numpyro", "float64", 0)
-        vi = VIRun(setup, 0, num_steps=496, lr=0.05, init_scale=0.1, chunk_size=16)
-        return vi, vi.steps(num_steps)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(type(be), "compile_loop", compile_loop)
-        vi, (_, failure) = run(496)
-    assert failure is not None and failure[1] == "nonfinite" and failure[0] % 16 != 0
-    chunk_start = failure[0] - failure[0] % 16
-    fresh, _ = run(chunk_start)
-    fresh_start = fresh.fitted_guide().params
-    kept = vi.fitted_guide().params
-    for name in fresh_start:
-        np.testing.assert_array_equal(kept[name], fresh_start[name])

@@ -36,7 +36,7 @@ def test_numpyro_mcmc_drives_our_kernel(data, method):
     from numpyro.infer.mcmc import MCMCKernel
 
     X, y, mean, sd = data
-    kernel = bdl.kernels.native_kernel(
+    kernel = bdl.native_kernel(
         blr(X, y), "numpyro", method, batch_size=50, **SETTINGS[method]
     )
     assert isinstance(kernel, MCMCKernel)
@@ -54,7 +54,7 @@ def test_pyro_mcmc_drives_our_kernel(data, method):
     from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
     X, y, mean, sd = data
-    kernel = bdl.kernels.native_kernel(blr(X, y), "pyro", method, batch_size=50, **SETTINGS[method])
+    kernel = bdl.native_kernel(blr(X, y), "pyro", method, batch_size=50, **SETTINGS[method])
     assert isinstance(kernel, MCMCKernel)
     mcmc = MCMC(kernel, num_samples=700, warmup_steps=300, disable_progbar=True)
     mcmc.run()
@@ -66,8 +66,8 @@ def test_pyro_mcmc_drives_our_kernel(data, method):
 def test_native_kernel_errors(data):
     X, y, _, _ = data
     with pytest.raises(bdl.ConfigError, match="needs num_steps"):
-        bdl.kernels.native_kernel(blr(X, y), "numpyro", "csgld", step_size=1e-3)
+        bdl.native_kernel(blr(X, y), "numpyro", "csgld", step_size=1e-3)
     with pytest.raises(bdl.ConfigError, match="backend's own sampler"):
-        bdl.kernels.native_kernel(blr(X, y), "numpyro", "nuts", step_size=1e-3)
+        bdl.native_kernel(blr(X, y), "numpyro", "nuts", step_size=1e-3)
     with pytest.raises(bdl.ConfigError, match="batch_size=500 is larger"):
-        bdl.kernels.native_kernel(blr(X, y), "pyro", "sgld", step_size=1e-3, batch_size=500)
+        bdl.native_kernel(blr(X, y), "pyro", "sgld", step_size=1e-3, batch_size=500)

@@ -1,24 +1,22 @@
 """The one loop of every iterative method: SG-MCMC kernels, VI, and the backends' NUTS and HMC.
 
-A method is a :class:`Transition`: per chain, ``init(key, position, data) -> state`` and
-``step(key, state, batch) -> (state, info)`` (BlackJAX's kernel shape; VI's step is an optimizer
-update composed with the objective's ``value_and_grad``), and ``emit(state)``, the array a kept
-step keeps (the position; nothing for VI). :func:`run_chains` runs it:
+A method is a :class:`~ppl_bdl.backend_protocol.Transition`: per chain ``init(key, position,
+data) -> state``, ``step(key, state, batch, rate) -> (state, info)`` and ``emit(state)``, the
+array a kept step keeps. :func:`run_chains` runs it:
 
-- in chunks of one compiled length (:meth:`Backend.compile_loop`: on JAX one jitted
-  ``lax.scan``, on torch a plain loop around the step), one program per fit: a shorter last
-  chunk runs the same program with fewer real steps;
-- with the chains side by side (``vmap``) on a backend that vectorises them, else one after
-  another; chain c has its own key and its own minibatch order, so a chain's draws do not depend
-  on how many chains run beside it;
+- in chunks of one compiled length (:meth:`Backend.compile_loop`: on JAX one jitted loop, on
+  torch a plain loop around the step), one program per fit: a shorter last chunk runs the same
+  program with fewer steps;
+- with the chains grouped once, here: side by side (``vmap``) where the backend vectorises
+  them and the method allows it, else one after another; chain c has its own key and its own
+  minibatch order, so a chain's draws do not depend on how many chains run beside it;
 - with the data on the fit's device, passed to every step; only minibatch indices (one shuffle
-  per epoch, :class:`~ppl_bdl.inference.minibatch.EpochBatches`) and the keep mask cross from the
-  host, and only the kept steps' draws come back;
-- each chunk queued before the one before it is read on an asynchronous backend (JAX);
+  per epoch, :class:`~ppl_bdl.inference.minibatch.EpochBatches`) and the step's rate (a
+  schedule evaluated ahead on the host) cross from the host per chunk, and only the kept
+  steps' draws come back;
 - stopping at the first step whose ``info`` holds a non-finite number (the potential, a
-  gradient norm, the loss), with that step and chain, or at Ctrl-C, keeping the draws before
-  (and the state before: from a runner that applied the failed step, as JAX's CPU loop does,
-  by running the chunk again up to it).
+  gradient norm, the loss), with that step and chain and the state before it (the backend's
+  loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before.
 """
 
 from __future__ import annotations
@@ -28,39 +26,23 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError
-from .chunk_readback import drop_last_draw, failed_chains, read_chunk
-from .minibatch import EpochBatches
+
+__all__ = ["Batch", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
 
 #: Steps per compiled chunk at most (the host reads results and shows progress per chunk).
 MAX_CHUNK = 1000
 #: Floats of kept draws one chunk may hold on the device (256 MB in float32).
 MAX_ROW_FLOATS = 64_000_000
 
-
 #: Compiled runners by transition step (then backend and vectorisation): runs that share a step
 #: function (a step-size pilot and the run it sets up) share one compiled program.
 _RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-class Transition(NamedTuple):
-    """A method's per-chain transition (see the module docstring)."""
-
-    init: Callable[[Any, Any, Any], Any]
-    step: Callable[[Any, Any, Any], tuple[Any, dict]]
-    emit: Callable[[Any], Any]
-
-
-class Batch(NamedTuple):
-    """What a step sees of the data: the data's arrays (on the device) and the minibatch's
-    indices into the subsampled plate (None for a full batch)."""
-
-    data: Any
-    indices: Any
 
 
 @dataclass
@@ -89,16 +71,15 @@ class Failure:
 
 @dataclass
 class RunResult:
-    """Kept draws (chain, draw, ...), their infos (chain, draw), the final states of the last
-    group of chains (backend arrays), and the failure, if any. After a failure the draws are those
-    kept before it: of the chains that kept any, cut to the same length; the final state is
-    the one before it if asked for (``run_chains(keep_final_state=True)``), else None."""
+    """Kept draws (chain, draw, ...), their infos (chain, draw), every step's infos (chain, step),
+    the final state of the last group of chains (backend arrays; after a failure, the state
+    before the failed step), and the failure, if any. After a failure the draws are those kept
+    before it: of the chains that kept any, cut to the same length."""
 
     draws: np.ndarray | None
     infos: dict[str, np.ndarray]
     final_state: Any = None
     failure: Failure | None = None
-    steps_done: int = 0
     step_infos: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -132,87 +113,55 @@ def chain_seed(seed: int, chain: int) -> int:
     return int(seed) * 1_000_003 + int(chain)
 
 
-def all_finite(backend, info: dict):
-    """A scalar boolean: every floating number in ``info`` is finite."""
-    m = backend.math
-    ok = None
-    for value in info.values():
-        if not _is_floating(value):
-            continue
-        finite = m.isfinite(m.sum(value))
-        ok = finite if ok is None else ok & finite
-    return m.asarray(True) if ok is None else ok
-
-
-def _is_floating(value) -> bool:
-    kind = getattr(getattr(value, "dtype", None), "is_floating_point", None)
-    if kind is not None:  # torch dtypes
-        return bool(kind)
-    return np.issubdtype(np.dtype(getattr(value, "dtype", np.float64)), np.floating)
-
-
-class _Chunk(NamedTuple):
-    start: int
-    steps: int
-    carry: Any  # the state the chunk started from
-    xs: dict  # its per-step inputs
-    result: Any
-
-
 def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
-    batches: Callable[[int], EpochBatches | None], name: str, progress: bool = False,
-    chain_ids: list[int] | None = None, trace_infos: bool = False, keep_final_state: bool = False,
+    batches: Callable[[int], Any], name: str, rates: np.ndarray | None = None,
+    progress: bool = False, chain_ids: list[int] | None = None, vectorize: bool = True,
+    trace: bool = False,
 ) -> RunResult:  # fmt: skip
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
-    ``batches(chain)`` gives a chain's minibatch indices (None: full batch); with
-    ``trace_infos`` the infos of every step run (not only the kept ones) come back too
-    (``step_infos``, e.g. VI's losses). After a failure, ``final_state`` is the state before
-    the failed step with ``keep_final_state`` (VI's parameters; on a runner that applied the
-    step this runs the chunk again up to it), else None."""
-    chains = list(range(len(positions))) if chain_ids is None else chain_ids
-    vectorised = backend.vectorized_chains and len(chains) > 1
+    ``batches(chain)`` gives a chain's minibatch indices (an
+    :class:`~ppl_bdl.inference.minibatch.EpochBatches`, or None for the full batch); ``rates``
+    the rate of every step (None: no schedule); ``chain_ids`` the chains' numbers (their seeds;
+    default 0, 1, ...); ``vectorize=False`` runs them one after another even where the backend
+    could vectorise them; ``trace``: every step's infos come back (``step_infos``), not only
+    the kept steps' (VI's losses, the step-size pilot's potentials)."""
+    chains = list(range(len(positions))) if chain_ids is None else list(chain_ids)
+    vectorised = vectorize and backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
-    draws, infos, traced, failure, final = [], [], [], None, None
-    runners = _RUNNERS.setdefault(transition.step, {})
+    runner = _runner(backend, transition, vectorised)
+    parts, failure, final = [], None, None
     try:
         for group in groups:
-            rows = [positions[chains.index(c)] for c in group]
-            out = _run_group(
-                backend, transition, runners, np.stack(rows), group, seed, plan, data,
-                [batches(c) for c in group], vectorised, bar, trace_infos, keep_final_state,
-            )  # fmt: skip
-            draws += out.draws
-            infos += out.infos
-            traced += out.step_infos
-            final = out.final_state
-            if out.failure is not None:
-                failure = out.failure
+            rows = np.stack([positions[chains.index(c)] for c in group])
+            part = _run_group(backend, transition, runner, rows, group, seed, plan, data,
+                              [batches(c) for c in group], rates, vectorised, bar, trace)  # fmt: skip
+            parts.append(part)
+            final, failure = part.final_state, part.failure
+            if failure is not None:
                 break
     finally:
         if bar is not None:
             bar.close()
-    result = _collect(draws, infos, final, failure)
-    if trace_infos and traced and traced[0]:
-        n = min(len(next(iter(t.values()))) for t in traced)
-        result.step_infos = {k: np.stack([t[k][:n] for t in traced]) for k in traced[0]}
-    return result
+    return _collect(parts, final, failure)
 
 
-def _collect(draws, infos, final, failure) -> RunResult:
-    # After a failure, chains that kept nothing (not run yet, or failed first) are left out.
-    kept = [i for i, d in enumerate(draws) if len(d)]
-    draws, infos = [draws[i] for i in kept], [infos[i] for i in kept]
-    if not draws:
-        return RunResult(None, {}, final, failure)
-    n = min(len(d) for d in draws)
-    stats = {k: np.stack([i[k][:n] for i in infos]) for k in infos[0]}
-    return RunResult(np.stack([d[:n] for d in draws]), stats, final, failure)
+def _runner(be, transition: Transition, vectorised: bool):
+    runners = _RUNNERS.setdefault(transition.step, {})
+    if (be, vectorised) not in runners:
+        runners[be, vectorised] = be.compile_loop(
+            _loop_step(be, transition, vectorised), transition.emit
+        )
+    return runners[be, vectorised]
 
 
-class _GroupResult(NamedTuple):
+@dataclass
+class _Part:
+    """One group's result: per chain of the group, its kept draws, their infos and every
+    step's infos."""
+
     draws: list
     infos: list
     step_infos: list
@@ -220,150 +169,135 @@ class _GroupResult(NamedTuple):
     failure: Failure | None
 
 
-def _run_group(
-    backend, transition, runners, positions, group, seed, plan, data, batches, vectorised, bar,
-    trace_infos, keep_final_state,
-) -> _GroupResult:  # fmt: skip
-    be = backend
+def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, rates,
+               vectorised, bar, trace) -> _Part:  # fmt: skip
     with be.scope(), be.activate():
         keys = [be.random.split(be.random.key(chain_seed(seed, c))) for c in group]
-        start_state = [
+        states = [
             transition.init(k[0], be.asarray(p), data) for k, p in zip(keys, positions, strict=True)
         ]
-        if vectorised:
-            carry = {"state": be.tree_map(lambda *a: be.math.stack(list(a)), *start_state)}
-        else:
-            carry = {"state": start_state[0]}
+        state = be.tree_map(lambda *a: be.math.stack(list(a)), *states) if vectorised else states[0]
         chain_keys = [k[1] for k in keys]
-        if (be, vectorised) not in runners:
-            runners[be, vectorised] = be.compile_loop(
-                _loop_step(be, transition, vectorised), _emit(transition)
-            )
-        runner = runners[be, vectorised]
-
-    def dispatch(start: int, previous: _Chunk | None) -> _Chunk:
+    rows, kept_infos, step_infos = [], [], []
+    failure = None
+    for start in range(0, plan.num_steps, plan.chunk):
         steps = min(plan.chunk, plan.num_steps - start)
-        with be.scope(), be.activate():
-            xs = _inputs(be, plan, start, steps, batches, vectorised)
-            xs["key"] = _step_keys(be, chain_keys, start, plan.chunk, vectorised)
-            state = carry if previous is None else previous.result.carry
-            return _Chunk(start, steps, state, xs, runner(state, xs, data, steps, plan.rows))
-
-    draws, infos = [[] for _ in group], [[] for _ in group]
-    traced = [[] for _ in group] if trace_infos else None
-    failure, final = None, carry["state"]
-    start = 0
-    queued = _queue(dispatch, range(0, plan.num_steps, plan.chunk), be.asynchronous_loop)
-    while start < plan.num_steps:
+        keep = plan.keep[start : start + steps]
         try:
-            chunk = next(queued)
-            failed_at, kept = int(chunk.result.failed_at), int(chunk.result.kept)
+            with be.scope(), be.activate():
+                xs = _inputs(be, plan.chunk, start, steps, batches, chain_keys, rates, vectorised)
+                result = runner(state, xs, data, keep, plan.rows, trace)
         except KeyboardInterrupt:
             failure = Failure(start, group[:1], "interrupted")
             break
-        final = chunk.result.carry["state"]
-        read_chunk(be, chunk, plan, failed_at, kept, vectorised, draws, infos, traced)
-        if failed_at >= 0:
-            if not keep_final_state:
-                final = None
-            elif chunk.result.failed_step_applied:
-                try:
-                    with be.scope(), be.activate():
-                        final = _state_before(runner, chunk, failed_at, data, plan.rows)
-                except KeyboardInterrupt:  # during the re-run: the state the chunk started from
-                    final = chunk.carry["state"]
-            step_infos = {k: np.asarray(be.to_numpy(v)) for k, v in chunk.result.infos.items()}
-            bad = failed_chains(step_infos, failed_at, vectorised)
-            failure = Failure(start + failed_at, [group[i] for i in bad] or group[:1], "nonfinite")
-            if start + failed_at >= 1 and plan.keep[start + failed_at - 1]:
-                drop_last_draw(draws, infos)  # its position is where the potential is not finite
+        state = result.state
+        if result.rows is not None:
+            rows.append(result.rows)
+            if trace:
+                ran = steps if result.failed_at < 0 else result.failed_at
+                kept_infos.append({k: v[keep[:ran]] for k, v in result.infos.items()})
+            else:
+                kept_infos.append(result.infos)
+        if trace:
+            step_infos.append(result.infos)
+        if result.failed_at >= 0:
+            step = start + result.failed_at
+            bad = _failed_chains(result.failed_info, vectorised)
+            failure = Failure(step, [group[i] for i in bad] or group[:1], "nonfinite")
+            if step >= 1 and plan.keep[step - 1]:  # its position is where U is not finite
+                _drop_last_row(rows, kept_infos)
             break
-        start += chunk.steps
         if bar is not None:
-            bar.update(chunk.steps * len(group))
+            bar.update(steps * len(group))
+    return _Part(*_per_chain(rows, kept_infos, step_infos, len(group), vectorised), state, failure)
 
-    def merge(parts):
-        return [{k: np.concatenate([p[k] for p in i]) for k in i[0]} if i else {} for i in parts]
 
-    return _GroupResult(
-        [np.concatenate(d) if d else np.zeros((0,)) for d in draws],
-        merge(infos),
-        merge(traced) if traced is not None else [],
-        final,
-        failure,
-    )
+def _drop_last_row(rows: list, kept_infos: list) -> None:
+    while rows and len(rows[-1]) == 0:
+        rows.pop()
+        kept_infos.pop()
+    if rows:
+        rows[-1] = rows[-1][:-1]
+        kept_infos[-1] = {k: v[:-1] for k, v in kept_infos[-1].items()}
+
+
+def _per_chain(rows, kept_infos, step_infos, chains: int, vectorised: bool):
+    """Each chain's draws, kept infos and step infos, joined over the chunks."""
+
+    def join(parts, i):
+        if not parts or not parts[0]:
+            return {}
+        return {k: np.concatenate([p[k][:, i] if vectorised else p[k] for p in parts])
+                for k in parts[0]}  # fmt: skip
+
+    draws = [
+        np.concatenate([r[:, i] if vectorised else r for r in rows]) if rows else np.zeros((0,))
+        for i in range(chains)
+    ]
+    return (draws, [join(kept_infos, i) for i in range(chains)],
+            [join(step_infos, i) for i in range(chains)])  # fmt: skip
+
+
+def _collect(parts: list[_Part], final, failure) -> RunResult:
+    draws = [d for p in parts for d in p.draws]
+    infos = [i for p in parts for i in p.infos]
+    traced = [t for p in parts for t in p.step_infos]
+    result = RunResult(None, {}, final, failure)
+    # After a failure, chains that kept nothing (not run yet, or failed first) are left out.
+    kept = [i for i, d in enumerate(draws) if len(d)]
+    if kept:
+        n = min(len(draws[i]) for i in kept)
+        result.draws = np.stack([draws[i][:n] for i in kept])
+        result.infos = {k: np.stack([infos[i][k][:n] for i in kept]) for k in infos[kept[0]]}
+    if traced and traced[0]:
+        n = min(len(next(iter(t.values()))) for t in traced)
+        result.step_infos = {k: np.stack([t[k][:n] for t in traced]) for k in traced[0]}
+    return result
+
+
+def _failed_chains(info: dict | None, vectorised: bool) -> list[int]:
+    """The chains whose info is not finite at the failed step."""
+    bad = None
+    for value in (info or {}).values():
+        value = np.asarray(value)
+        if not np.issubdtype(value.dtype, np.floating):
+            continue
+        row = value.reshape(value.shape[0], -1) if vectorised else value.reshape(1, -1)
+        finite = np.isfinite(row).all(axis=1)
+        bad = ~finite if bad is None else bad | ~finite
+    return [] if bad is None else [int(i) for i in np.flatnonzero(bad)]
 
 
 def _loop_step(be, transition: Transition, vectorised: bool):
-    def one(state, key, idx, data):
-        return transition.step(key, state, Batch(data, idx))
+    def one(state, key, idx, rate, data):
+        return transition.step(key, state, Batch(data, idx), rate)
 
-    def step(carry, x, data):
+    def step(state, x, data):
         with be.activate():
-            idx = x.get("idx")
+            idx, rate = x.get("idx"), x.get("rate")
             if vectorised:
-                axes = (0, 0, None if idx is None else 0, None)
-                new, info = be.vmap(one, in_axes=axes)(carry["state"], x["key"], idx, data)
-            else:
-                new, info = one(carry["state"], x["key"], idx, data)
-            return {"state": new}, info, all_finite(be, info)
+                axes = (0, 0, None if idx is None else 0, None, None)
+                return be.vmap(one, in_axes=axes)(state, x["key"], idx, rate, data)
+            return one(state, x["key"], idx, rate, data)
 
     return step
 
 
-def _step_keys(be, chain_keys: list, start: int, steps: int, vectorised: bool):
-    """Every step's key of a chunk, made in one call per chain before the chunk runs (a split
-    inside the loop body costs more than the step's own work for small models). Step t's key
-    depends only on its chain's key and t, not on how the run is chunked."""
-    per_chain = [be.random.step_keys(key, start, steps) for key in chain_keys]
-    if vectorised:
-        return be.math.stack(per_chain, axis=1)
-    return per_chain[0]
-
-
-def _state_before(runner, chunk: _Chunk, failed_at: int, data, rows: int):
-    """The state before the chunk's step ``failed_at``, from a runner that applied that step:
-    the chunk again from its start, ``failed_at`` steps (the same program on the same inputs; on
-    a device whose results vary between runs it may fail sooner, and then stops there)."""
-    result = runner(chunk.carry, chunk.xs, data, failed_at, rows)
-    while int(result.failed_at) >= 0:
-        result = runner(chunk.carry, chunk.xs, data, int(result.failed_at), rows)
-    return result.carry["state"]
-
-
-def _emit(transition: Transition):
-    return lambda carry: transition.emit(carry["state"])
-
-
-def _inputs(be, plan: RunPlan, start: int, steps: int, batches, vectorised: bool) -> dict:
-    keep = np.zeros(plan.chunk, bool)
-    keep[:steps] = plan.keep[start : start + steps]
-    xs = {"keep": be.asarray(keep)}
+def _inputs(be, length: int, start: int, steps: int, batches, chain_keys, rates, vectorised):
+    """A chunk's per-step inputs, padded to the compiled ``length``: every step's key (made in
+    one call per chain before the chunk runs: a split inside the loop body costs more than a toy
+    step's own work; step t's key depends only on its chain's key and t, not on the chunking),
+    the minibatch indices and the rate."""
+    per_chain = [be.random.step_keys(key, start, length) for key in chain_keys]
+    xs = {"key": be.math.stack(per_chain, axis=1) if vectorised else per_chain[0]}
     if batches[0] is not None:
         blocks = [b.next_block(steps) for b in batches]  # (steps, B) per chain
-        idx = np.zeros((plan.chunk, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
+        idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
         idx[:steps] = np.stack(blocks, axis=1)
         xs["idx"] = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
+    if rates is not None:
+        xs["rate"] = be.asarray(np.pad(rates[start : start + steps], (0, length - steps)))
     return xs
-
-
-def _queue(dispatch, starts, ahead: bool):
-    """Yield ``dispatch(start, previous)`` for each start; ``ahead`` (an asynchronous loop):
-    with the next chunk already queued, so the device never waits for the host to read one."""
-    if not ahead:  # a chunk that failed must not be run on from (its state may be in place)
-        previous = None
-        for start in starts:
-            previous = dispatch(start, previous)
-            yield previous
-        return
-    previous, pending = None, None
-    for start in starts:
-        previous = dispatch(start, previous)
-        if pending is not None:
-            yield pending
-        pending = previous
-    if pending is not None:
-        yield pending
 
 
 def progress_bar(total: int, name: str):

@@ -1,83 +1,157 @@
 """SG-MCMC: a registered kernel, its step-size schedule and minibatches, run by the one driver.
 
+:class:`SGMCMCConfig` checks a fit's SG-MCMC settings once, before anything runs.
 :func:`sgmcmc_transition` builds the per-chain transition every runner shares (``fit``'s driver,
-and the native adapters that let ``numpyro.infer.MCMC`` / ``pyro.infer.MCMC`` drive our kernels):
-the kernel gets the minibatch potential Ũ(θ) of the chapter's Eq. 2.8 and its gradient, and the
-step size of the schedule at the chain's step counter. :func:`run_sgmcmc` plans the run (warmup,
-thinning, the sampling stages of cyclical kernels) and hands it to
-:func:`ppl_bdl.inference.driver.run_chains`.
+and the native adapters that let ``numpyro.infer.MCMC`` / ``pyro.infer.MCMC`` drive our
+kernels): the kernel gets the minibatch potential Ũ(θ) of the chapter's Eq. 2.8 and its gradient,
+and each step's size from the schedule, evaluated ahead on the host (:func:`step_sizes`).
+:func:`run_sgmcmc` plans the run (warmup, thinning, the sampling stages of cyclical kernels) and
+hands it to :func:`ppl_bdl.inference.driver.run_chains`.
 
-A kernel factory may declare the keyword settings ``num_steps`` (T, the steps of the whole run),
-``num_cycles`` (M) and ``exploration`` (β); the driver supplies the first two. A factory that takes
-``exploration`` is cyclical with an exploration stage (cSGLD, cSGHMC): its step size follows the
-cyclical schedule, draws are kept only in sampling stages, and the run lengthens so that
-``num_samples`` draws are kept after ``num_warmup`` steps.
+A kernel factory may declare the keyword settings ``num_steps`` (T, the steps of the whole run)
+and ``num_cycles`` (M); the driver supplies them. A kernel registered as cyclical (cSGLD,
+cSGHMC: ``register(..., cyclical=True)``) runs on the cyclical schedule with an exploration
+stage (its ``exploration``, β): draws are kept only in sampling stages, and the run lengthens so
+that ``num_samples`` draws are kept after ``num_warmup`` steps.
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError, one_of
+from ..kernels import registry
+from ..kernels.registry import KernelEntry
 from ..layout import ModelDensity
 from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
-from .common import Setup
-from .driver import Batch, Transition, plan_run, run_chains
+from .common import Setup, build_posterior, initial_positions
+from .driver import plan_run, run_chains
 from .failures import raise_failure
 from .minibatch import EpochBatches, minibatch_plate
-from .step_size import check_step_size, choose_step_size, with_step_size
+from .step_size import check_step_size, choose_step_size
 
 #: Keyword settings a kernel factory may declare; the driver fills them in.
 DRIVER_SUPPLIED = ("value_and_grad", "num_steps", "num_cycles")
+#: The settings of the SG-MCMC driver (the rest are the kernel's own).
 DRIVER_OPTIONS = (
     "batch_size", "chunk_size", "decay_offset", "decay_power", "num_cycles", "schedule", "step_size",
 )  # fmt: skip
 
 
-def run_sgmcmc(
-    setup: Setup,
-    entry,
-    *,
-    num_warmup: int,
-    num_samples: int,
-    num_chains: int,
-    thinning: int,
-    seed: int,
-    init: Any,
-    progress: bool = False,
-    step_size: float | str | None = "auto",
-    batch_size: int | None = None,
-    schedule: str | None = None,
-    num_cycles: int = 4,
-    decay_offset: float = 1.0,
-    decay_power: float = 0.55,
-    chunk_size: int | None = None,
-    log_likelihood: bool = True,
-    **kernel_options: Any,
-):
-    """Run the SG-MCMC kernel of registry ``entry`` on a prepared model; return a Posterior.
+@dataclass(frozen=True)
+class SGMCMCConfig:
+    """A fit's SG-MCMC settings, checked once (:meth:`build`).
 
-    Parameters
-    ----------
-    step_size : float or "auto"
-        α_0 (the learning rate η for SGHMC), > 0; "auto" (the default) picks it with a short
-        pilot (:func:`ppl_bdl.inference.step_size.choose_step_size`).
-    batch_size : int, optional
-        Minibatch size B <= N; full batch without it.
-    schedule : {"constant", "polynomial", "cyclical"}
-        The step-size schedule (default "constant"; cSGLD/cSGHMC always use "cyclical").
-    num_cycles : int
-        M for the cyclical schedule (4).
-    decay_offset, decay_power : float
-        b and γ of the polynomial schedule α_0 (1 + t / b)^(−γ).
-    chunk_size : int, optional
-        Steps per compiled call (default: up to 1000, bounded by memory).
-    **kernel_options
-        The kernel's own settings (e.g. ``temperature``, ``friction``, ``momentum_decay``,
-        ``mass``, ``exploration``).
+    ``step_size`` is α_0 (None: chosen by a pilot, ``step_size="auto"``); ``schedule`` is
+    "constant", "polynomial" or "cyclical" (cyclical kernels: always "cyclical");
+    ``exploration`` is β for a cyclical kernel (else None); ``kernel_options`` are the
+    kernel's own settings, checked against its factory.
+
+    Example
+    -------
+    >>> from ppl_bdl.inference.sgmcmc import SGMCMCConfig
+    >>> config = SGMCMCConfig.build("csgld", step_size=1e-3, exploration=0.5)
+    >>> config.schedule, config.exploration
+    ('cyclical', 0.5)
+    """
+
+    entry: KernelEntry
+    step_size: float | None = None
+    batch_size: int | None = None
+    schedule: str = "constant"
+    num_cycles: int = 4
+    decay_offset: float = 1.0
+    decay_power: float = 0.55
+    chunk_size: int | None = None
+    exploration: float | None = None
+    kernel_options: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, method: str, *, step_size: float | str | None = "auto", batch_size: int | None = None,
+        schedule: str | None = None, num_cycles: int = 4, decay_offset: float = 1.0,
+        decay_power: float = 0.55, chunk_size: int | None = None, **kernel_options: Any,
+    ) -> SGMCMCConfig:  # fmt: skip
+        entry = registry.get(method)
+        if entry.kind != "sgmcmc":
+            raise ConfigError(f"method {method!r} is not an SG-MCMC kernel.")
+        _check_kernel_options(entry, kernel_options)
+        auto = step_size is None or (isinstance(step_size, str) and step_size == "auto")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}.")
+        if isinstance(num_cycles, bool) or not isinstance(num_cycles, int) or num_cycles < 1:
+            raise ConfigError(f"num_cycles must be a positive int, got {num_cycles!r}.")
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+        ):
+            raise ConfigError(f"chunk_size must be an int >= 1, got {chunk_size!r}.")
+        exploration = None
+        if entry.cyclical:
+            if schedule not in (None, "cyclical"):
+                raise ConfigError(
+                    f"method {method!r} runs on the cyclical schedule with exploration stages; "
+                    f"got schedule={schedule!r}. Leave schedule out, or use 'sgld'/'sghmc' with "
+                    f"schedule={schedule!r}."
+                )
+            schedule = "cyclical"
+            default = inspect.signature(entry.factory).parameters["exploration"].default
+            exploration = check_exploration(kernel_options.get("exploration", default))
+        schedule = "constant" if schedule is None else schedule
+        if schedule not in SCHEDULES:
+            raise one_of("schedule", schedule, list(SCHEDULES))
+        # the schedule's own checks (decay_power, decay_offset), on a one-step horizon
+        make_schedule(schedule, 1.0, num_steps=num_cycles, num_cycles=num_cycles,
+                      decay_offset=decay_offset, decay_power=decay_power)  # fmt: skip
+        return cls(
+            entry, None if auto else check_step_size(step_size), batch_size, schedule,
+            num_cycles, float(decay_offset), float(decay_power), chunk_size, exploration,
+            dict(kernel_options),
+        )  # fmt: skip
+
+    def keep(self, num_warmup: int, num_samples: int, thinning: int) -> np.ndarray:
+        """Which steps keep a draw: after warmup (in sampling stages for cyclical kernels),
+        every ``thinning``-th eligible step, ``num_samples`` of them."""
+        if self.exploration is not None:
+            num_steps, keep = _cyclical_plan(
+                num_warmup, num_samples * thinning, self.num_cycles, self.exploration
+            )
+        else:
+            num_steps = num_warmup + num_samples * thinning
+            keep = np.zeros(num_steps, bool)
+            keep[num_warmup:] = True
+        eligible = np.flatnonzero(keep)[: num_samples * thinning]
+        keep = np.zeros(num_steps, bool)
+        keep[eligible[thinning - 1 :: thinning]] = True
+        return keep
+
+
+def _check_kernel_options(entry: KernelEntry, options: dict) -> None:
+    params = inspect.signature(entry.factory).parameters
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in options if (k not in params and not var_kw) or k in DRIVER_SUPPLIED]
+    if unknown:
+        settable = [
+            n for n, p in params.items()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD and n not in DRIVER_SUPPLIED
+        ]  # fmt: skip
+        raise ConfigError(
+            f"unknown option(s) {sorted(unknown)} for method {entry.name!r}. Its kernel settings: "
+            f"{settable}; driver settings: {sorted(DRIVER_OPTIONS)}."
+        )
+
+
+def run_sgmcmc(
+    setup: Setup, config: SGMCMCConfig, *, num_warmup: int, num_samples: int, num_chains: int,
+    thinning: int, seed: int, init: Any, progress: bool = False, log_likelihood: bool = True,
+):  # fmt: skip
+    """Run the SG-MCMC kernel of ``config`` on a prepared model; return a Posterior.
 
     Example
     -------
@@ -94,60 +168,49 @@ def run_sgmcmc(
     >>> post.samples["mu"].shape
     (2, 200)
     """
-    from .common import build_posterior, initial_positions
-
-    be, name = setup.backend, entry.name
-    plate = minibatch_plate(setup, batch_size)
-    params = inspect.signature(entry.factory).parameters
-    schedule, exploration = _check_schedule(name, params, schedule, kernel_options)
-    if isinstance(num_cycles, bool) or not isinstance(num_cycles, int) or num_cycles < 1:
-        raise ConfigError(f"num_cycles must be a positive int, got {num_cycles!r}.")
-    keep = plan_keep(num_warmup, num_samples, thinning, num_cycles, exploration)
+    be, name = setup.backend, config.entry.name
+    plate = minibatch_plate(setup, config.batch_size)
+    keep = config.keep(num_warmup, num_samples, thinning)
     num_steps = len(keep)
-    # The schedule's shape with α_0 = 1; each chain's state holds α_0 (so a step-size pilot and
-    # the run share one compiled program).
-    unit = make_schedule(
-        schedule, 1.0, num_steps=num_steps, num_cycles=num_cycles, decay_offset=decay_offset,
-        decay_power=decay_power,
-    )  # fmt: skip
-    transition, data = sgmcmc_transition(
-        setup, entry, kernel_options, unit, plate, batch_size, num_steps, num_cycles
-    )
+    transition, data = sgmcmc_transition(setup, config, plate, num_steps)
     positions = initial_positions(setup, init, num_chains, seed)
+    unit = step_sizes(be, config, 1.0, num_steps)
 
     def batches(chain: int):
-        return EpochBatches(plate[1], batch_size, [seed, chain, 7]) if plate else None
+        return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
 
-    if step_size is None or (isinstance(step_size, str) and step_size == "auto"):
-        step_size = choose_step_size(be, transition, positions[0], data, batches, seed, name)
-    else:
-        step_size = check_step_size(step_size)
+    step_size = config.step_size
+    if step_size is None:
+        step_size = choose_step_size(be, transition, positions, data, batches, unit, seed, name)
     setup.settings["step_size"] = step_size
-    plan = plan_run(keep, num_chains, setup.layout.dim, chunk_size, progress)
-    run = run_chains(
-        be, with_step_size(transition, step_size), positions, seed, plan, data, batches, name,
-        progress,
-    )  # fmt: skip
+    plan = plan_run(keep, num_chains, setup.layout.dim, config.chunk_size, progress)
+    rates = step_size * unit
+    run = run_chains(be, transition, positions, seed, plan, data, batches, name, rates, progress)
     if run.failure is not None:
-        size = step_size * float(be.to_numpy(_unit_at(be, unit, run.failure.step)))
         raise_failure(setup, run, kind=f"SG-MCMC kernel {name!r}", requested=num_samples,
-                      method=name, step_size=size, log_likelihood=log_likelihood)  # fmt: skip
-    return build_posterior(
-        setup,
-        run.draws,
-        run.infos,
-        name,
-        log_likelihood=log_likelihood,
-    )
+                      method=name, step_size=float(rates[run.failure.step]),
+                      log_likelihood=log_likelihood)  # fmt: skip
+    return build_posterior(setup, run.draws, run.infos, name, log_likelihood=log_likelihood)
+
+
+def step_sizes(backend, config: SGMCMCConfig, step_size: float, num_steps: int) -> np.ndarray:
+    """α_t for t = 0 .. ``num_steps`` − 1 of ``config``'s schedule with α_0 = ``step_size``
+    (NumPy, the fit's precision: what the steps get)."""
+    schedule = make_schedule(
+        config.schedule, step_size, num_steps=num_steps, num_cycles=config.num_cycles,
+        decay_offset=config.decay_offset, decay_power=config.decay_power,
+    )  # fmt: skip
+    with backend.scope(), backend.activate():
+        steps = backend.asarray(np.arange(num_steps), dtype="int")
+        return np.asarray(backend.to_numpy(schedule(steps)), dtype=float)
 
 
 def sgmcmc_transition(
-    setup: Setup, entry, options: dict, unit_schedule, plate, batch_size, num_steps, num_cycles
+    setup: Setup, config: SGMCMCConfig, plate: tuple[str, int] | None, num_steps: int
 ) -> tuple[Transition, list]:
-    """The per-chain transition of kernel ``entry`` and the data's arrays its steps read:
-    ``init(key, position, data, step_size)``, ``step(key, state, batch)`` with the step size
-    α_0 × ``unit_schedule(t)`` at the chain's step counter t (α_0 is in the state), and
-    ``emit(state)``, the position."""
+    """The per-chain transition of ``config``'s kernel and the data's arrays its steps read:
+    ``init(key, position, data)``, ``step(key, state, batch, step_size)`` (the kernel's own
+    step), ``emit(state)``, the position."""
     be = setup.backend
     density = ModelDensity(setup.bound, be, setup.layout, setup.params)
     plate_name = plate[0] if plate else None
@@ -157,65 +220,27 @@ def sgmcmc_transition(
         return density.value_and_grad(position, batch.data, indices)
 
     with be.scope(), be.activate():
-        example_idx = be.asarray(np.zeros(batch_size), dtype="int") if plate else None
+        example_idx = be.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
         example = (be.asarray(np.zeros(setup.layout.dim)), Batch(density.data, example_idx))
         value_and_grad = be.trace(value_and_grad, example)
-        kernel = build_kernel(entry, options, value_and_grad=value_and_grad,
-                              num_steps=num_steps, num_cycles=num_cycles)  # fmt: skip
+        kernel = build_kernel(config, value_and_grad=value_and_grad, num_steps=num_steps,
+                              num_cycles=config.num_cycles)  # fmt: skip
 
-    def init(key, position, data=None, step_size=1.0):
-        return {
-            "kernel": kernel.init(position),
-            "t": be.asarray(0, dtype="int"),
-            "step_size": be.asarray(step_size),
-        }
-
-    def step(key, state, batch):
-        size = state["step_size"] * unit_schedule(state["t"])
-        new, info = kernel.step(key, state["kernel"], batch, size)
-        return dict(state, kernel=new, t=state["t"] + 1), info
+    def init(key, position, data):
+        return kernel.init(position)
 
     def emit(state):
-        return state["kernel"]["position"]
+        return state["position"]
 
-    return Transition(init, step, emit), density.data
-
-
-def plan_keep(num_warmup: int, num_samples: int, thinning: int, num_cycles: int,
-              exploration: float | None) -> np.ndarray:  # fmt: skip
-    """Which steps keep a draw: after warmup (in sampling stages for cyclical kernels with an
-    exploration stage), every ``thinning``-th eligible step, ``num_samples`` of them."""
-    if exploration is not None:
-        num_steps, keep = _cyclical_plan(
-            num_warmup, num_samples * thinning, num_cycles, exploration
-        )
-    else:
-        num_steps = num_warmup + num_samples * thinning
-        keep = np.zeros(num_steps, bool)
-        keep[num_warmup:] = True
-    eligible = np.flatnonzero(keep)[: num_samples * thinning]
-    keep = np.zeros(num_steps, bool)
-    keep[eligible[thinning - 1 :: thinning]] = True
-    return keep
+    return Transition(init, kernel.step, emit), density.data
 
 
-def _check_schedule(name, params, schedule, kernel_options):
-    exploration = None
-    if "exploration" in params:
-        if schedule not in (None, "cyclical"):
-            raise ConfigError(
-                f"method {name!r} runs on the cyclical schedule with exploration stages; got "
-                f"schedule={schedule!r}. Leave schedule out, or use 'sgld'/'sghmc' with "
-                f"schedule={schedule!r}."
-            )
-        schedule = "cyclical"
-        exploration = check_exploration(
-            kernel_options.get("exploration", params["exploration"].default)
-        )
-    schedule = "constant" if schedule is None else schedule
-    if schedule not in SCHEDULES:
-        raise one_of("schedule", schedule, list(SCHEDULES))
-    return schedule, exploration
+def build_kernel(config: SGMCMCConfig, **supplied):
+    """``config``'s kernel with its options and the driver's ``supplied`` settings it declares."""
+    params = inspect.signature(config.entry.factory).parameters
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    given = {k: v for k, v in supplied.items() if k in params or var_kw}
+    return config.entry.factory(**config.kernel_options, **given)
 
 
 def _cyclical_plan(num_warmup: int, needed: int, num_cycles: int, exploration: float):
@@ -229,25 +254,3 @@ def _cyclical_plan(num_warmup: int, needed: int, num_cycles: int, exploration: f
         if count >= needed:
             return total, keep
         total += max(1, int(np.ceil((needed - count) / (1.0 - exploration))))
-
-
-def build_kernel(entry, options: dict, **supplied):
-    """``entry``'s kernel with the user's ``options`` (checked against its factory's settings)
-    and the driver's ``supplied`` ones it declares."""
-    params = inspect.signature(entry.factory).parameters
-    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    unknown = [k for k in options if (k not in params and not var_kw) or k in DRIVER_SUPPLIED]
-    if unknown:
-        settable = [n for n in accepted if n not in DRIVER_SUPPLIED]
-        raise ConfigError(
-            f"unknown option(s) {sorted(unknown)} for method {entry.name!r}. Its kernel settings: "
-            f"{settable}; driver settings: {sorted(DRIVER_OPTIONS)}."
-        )
-    given = {k: v for k, v in supplied.items() if k in params or var_kw}
-    return entry.factory(**options, **given)
-
-
-def _unit_at(be, schedule, step: int):
-    with be.scope(), be.activate():
-        return schedule(be.asarray(step, dtype="int"))

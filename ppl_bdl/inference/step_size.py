@@ -44,9 +44,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backend_protocol import Transition
 from ..errors import ConfigError, InferenceError
 from ..schedules import _check_step_size
-from .driver import RunPlan, Transition, run_chains
+from .driver import RunPlan, run_chains
 
 #: Steps of one pilot run.
 PILOT_STEPS = 100
@@ -63,29 +64,22 @@ def check_step_size(step_size: Any) -> float:
     return _check_step_size(step_size)
 
 
-def with_step_size(transition: Transition, step_size: float) -> Transition:
-    """``transition`` with every chain starting at α_0 = ``step_size`` (same compiled step)."""
-    return Transition(
-        lambda key, position, data: transition.init(key, position, data, step_size),
-        transition.step,
-        transition.emit,
-    )
-
-
 def choose_step_size(
-    backend, transition: Transition, positions: np.ndarray, data, batches, seed: int, name: str
-) -> float:
+    backend, transition: Transition, positions: np.ndarray, data, batches, unit: np.ndarray,
+    seed: int, name: str,
+) -> float:  # fmt: skip
     """The pilot's step size (see the module docstring) for chains starting at ``positions``
-    (chain, d)."""
+    (chain, d); ``unit`` is the run's schedule at α_0 = 1 (the pilot's steps take its start)."""
     positions = np.atleast_2d(positions)
     plan = RunPlan(np.zeros(PILOT_STEPS, bool), PILOT_STEPS, 0)
+    shape = np.resize(np.asarray(unit, dtype=float), PILOT_STEPS)
     results: dict[int, bool] = {}
 
     def passes(index: int) -> bool:
         if index not in results:
             run = run_chains(
-                backend, with_step_size(transition, GRID[index]), positions, seed + 7919, plan,
-                data, batches, f"{name} step-size pilot", trace_infos=True,
+                backend, transition, positions, seed + 7919, plan, data, batches,
+                f"{name} step-size pilot", rates=GRID[index] * shape, trace=True,
             )  # fmt: skip
             results[index] = run.failure is None and not climbs(
                 run.step_infos["potential"], positions.shape[1]

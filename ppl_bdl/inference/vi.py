@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError, InferenceError
 from ..guides.base import FittedGuide, ParamLayout
 from ..layout import ModelDensity
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
 from ..optim import OptimizerConfig
 from .common import Setup, build_posterior
-from .driver import Batch, RunPlan, Transition, plan_run, progress_bar, run_chains
+from .driver import RunPlan, plan_run, progress_bar, run_chains
 from .minibatch import EpochBatches, minibatch_plate
 from .vi_guides import build_guide, guide_init
 from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, segment_length
@@ -212,7 +213,7 @@ class VIRun:
             params = {k: be.asarray(v) for k, v in self._initial.items()}
             return {"params": params, "optimizer": optimizer.init(params)}
 
-        def step(key, state, batch):
+        def step(key, state, batch, rate):
             loss, grads = value_and_grad(state["params"], noise(key), batch)
             grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
             ok = m.isfinite(loss) & m.isfinite(grad_norm)
@@ -278,7 +279,7 @@ class VIRun:
             transition = Transition(lambda *args: state, transition.step, transition.emit)
         run = run_chains(
             be, transition, np.zeros((1, 1)), self.seed + self._calls, plan, self.density.data,
-            lambda chain: self._batches, "vi", progress, trace_infos=True, keep_final_state=True,
+            lambda chain: self._batches, "vi", progress=progress, trace=True,
         )  # fmt: skip
         self._calls += 1
         self.state = run.final_state

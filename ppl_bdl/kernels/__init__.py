@@ -9,7 +9,6 @@ Example
 
 from . import cyclical, psgld, sghmc, sgld  # noqa: F401  (registers the SG-MCMC kernels)
 from .base import Kernel
-from .native import native_kernel
 from .registry import KernelEntry, available, get, register
 
-__all__ = ["Kernel", "KernelEntry", "available", "get", "native_kernel", "register"]
+__all__ = ["Kernel", "KernelEntry", "available", "get", "register"]

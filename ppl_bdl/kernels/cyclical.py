@@ -5,8 +5,9 @@ first fraction β (``exploration``) of each cycle explores (large steps, no inje
 SGD/SGD-with-momentum) and the rest samples (SGLD/SGHMC steps, draws kept). The driver keeps draws
 only in sampling stages and lengthens the run so that ``num_samples`` draws are kept.
 
-A kernel taking the keyword settings ``num_steps``, ``num_cycles`` and ``exploration`` gets them
-from the driver; it keeps its own step counter so it also runs under the native drivers.
+Both are registered as cyclical (``register(..., cyclical=True)``): the driver gives them
+``num_steps`` and ``num_cycles`` and the cyclical step sizes; each keeps its own step counter
+(which stage it is in), so it also runs under the native drivers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .sghmc import make_sghmc_step, sghmc_init, sghmc_parameters
 from .sgld import check_temperature, langevin_update
 
 
-@register("csgld")
+@register("csgld", cyclical=True)
 def csgld(
     value_and_grad: ValueAndGrad,
     *,
@@ -77,7 +78,7 @@ def csgld(
     return Kernel(init, step)
 
 
-@register("csghmc")
+@register("csghmc", cyclical=True)
 def csghmc(
     value_and_grad: ValueAndGrad,
     *,

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,19 +25,25 @@ from ..errors import ConfigError, one_of
 
 @dataclass(frozen=True)
 class KernelEntry:
-    """A registry entry. ``kind`` is "native" (the backend's own NUTS/HMC) or "sgmcmc"."""
+    """A registry entry. ``kind`` is "native" (the backend's own NUTS/HMC) or "sgmcmc";
+    ``cyclical``: an SG-MCMC kernel that runs on the cyclical schedule with an exploration stage
+    (its factory takes ``exploration``, β; the driver keeps draws in sampling stages only)."""
 
     name: str
     kind: str
     factory: Callable[..., Any] | None = None
     doc: str = ""
+    cyclical: bool = False
 
 
 _REGISTRY: dict[str, KernelEntry] = {}
 
 
-def register(name: str, *, kind: str = "sgmcmc", overwrite: bool = False):
+def register(name: str, *, kind: str = "sgmcmc", cyclical: bool = False, overwrite: bool = False):
     """Decorator: register an SG-MCMC kernel factory under ``name`` so ``fit(method=name)`` runs it.
+
+    ``cyclical=True``: the kernel runs on the cyclical step-size schedule with an exploration
+    stage (cSGLD, cSGHMC); its factory must take ``exploration``.
 
     Example
     -------
@@ -62,12 +69,18 @@ def register(name: str, *, kind: str = "sgmcmc", overwrite: bool = False):
         raise ConfigError(f"kernel kind must be 'native' or 'sgmcmc', got {kind!r}.")
 
     def decorator(factory):
+        if cyclical and "exploration" not in inspect.signature(factory).parameters:
+            raise ConfigError(
+                f"kernel {name!r} is registered as cyclical but its factory takes no "
+                "'exploration' setting (β, the fraction of each cycle that explores)."
+            )
         if name in _REGISTRY and not overwrite:
             raise ConfigError(
                 f"a kernel named {name!r} is already registered; pick another name or pass "
                 "overwrite=True."
             )
-        _REGISTRY[name] = KernelEntry(name, kind, factory, (factory.__doc__ or "").strip())
+        doc = (factory.__doc__ or "").strip()
+        _REGISTRY[name] = KernelEntry(name, kind, factory, doc, cyclical)
         return factory
 
     return decorator

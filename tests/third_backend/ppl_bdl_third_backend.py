@@ -25,7 +25,6 @@ class DelegateBackend(BackendBase):
     name = "jaxdelegate"
     extra = "numpyro"
     vectorized_chains = True
-    asynchronous_loop = True
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self._ref = reference.NumPyroBackend(precision, device)  # its arrays and devices

@@ -1,6 +1,6 @@
 """Our SG-MCMC kernels as native MCMC kernels of each backend.
 
-:func:`native_kernel` wraps a registered SG-MCMC kernel, with a bound model and its data, as a
+:func:`native_kernel` (``bdl.native_kernel``) wraps a registered SG-MCMC kernel, with a bound model and its data, as a
 ``numpyro.infer.mcmc.MCMCKernel`` (backend "numpyro") or a ``pyro.infer.mcmc.MCMCKernel``
 (backend "pyro"), so NumPyro's and Pyro's own ``MCMC`` drivers run it. The native kernel draws
 its own minibatch in ``sample`` and holds the data fixed.
@@ -12,7 +12,15 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
+import numpy as np
+
+from ..backend_protocol import Batch
+from ..errors import ConfigError, InferenceError
+from ..kernels.registry import get
+from ..schedules import make_schedule
+from .common import initial_positions, prepare
+from .minibatch import EpochBatches, minibatch_plate
+from .sgmcmc import SGMCMCConfig, sgmcmc_transition
 
 
 def native_kernel(
@@ -57,7 +65,7 @@ def native_kernel(
     ...     with bdl.plate("data", y.shape[0]) as idx:
     ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
     >>> y = np.random.default_rng(0).normal(size=100)
-    >>> kernel = bdl.kernels.native_kernel(mean_model(y), "numpyro", "sgld", step_size=1e-3,
+    >>> kernel = bdl.native_kernel(mean_model(y), "numpyro", "sgld", step_size=1e-3,
     ...                                    batch_size=10)
     >>> mcmc = MCMC(kernel, num_warmup=100, num_samples=100, progress_bar=False)
     >>> mcmc.run(jax.random.PRNGKey(0))
@@ -76,13 +84,15 @@ def native_kernel(
 class NativeSpec:
     """Everything a native adapter needs, built by the core: the prepared model, the transition
     ``fit`` runs (:func:`ppl_bdl.inference.sgmcmc.sgmcmc_transition`), the data its steps read,
-    and the minibatch plate. The adapters add only what their driver needs (where minibatch
-    indices come from)."""
+    the step-size schedule (:meth:`rate`, evaluated in the adapter's graph at its own step
+    counter) and the minibatch plate. The adapters add only what their driver needs (where
+    minibatch indices come from)."""
 
     setup: Any
     method: str
     transition: Any
     data: Any
+    schedule: Any
     plate: tuple[str, int] | None
     batch_size: int | None
     seed: int
@@ -90,65 +100,60 @@ class NativeSpec:
     @classmethod
     def build(cls, bound, backend, method, *, step_size, batch_size, schedule, num_steps,
               num_cycles, decay_offset, decay_power, precision, seed, settings) -> NativeSpec:  # fmt: skip
-        from ..inference.common import prepare
-        from ..inference.minibatch import minibatch_plate
-        from ..inference.sgmcmc import sgmcmc_transition
-        from ..schedules import make_schedule
-        from .registry import get
-
-        entry = get(method)
-        if entry.kind != "sgmcmc":
+        if get(method).kind != "sgmcmc":
             raise ConfigError(
                 f"native_kernel wraps SG-MCMC kernels; {method!r} is the backend's own sampler "
                 "already (use numpyro.infer.NUTS / pyro.infer.NUTS)."
             )
-        params = inspect.signature(entry.factory).parameters
-        needs_steps = schedule == "cyclical" or "num_steps" in params
+        config = SGMCMCConfig.build(
+            method, step_size=step_size, batch_size=batch_size,
+            schedule=None if schedule == "constant" else schedule, num_cycles=num_cycles,
+            decay_offset=decay_offset, decay_power=decay_power, **settings,
+        )  # fmt: skip
+        if config.step_size is None:
+            raise ConfigError(
+                "native_kernel needs a step_size (the native drivers run no step-size pilot)."
+            )
+        needs_steps = config.schedule == "cyclical" or "num_steps" in _factory_settings(method)
         if needs_steps and num_steps is None:
             raise ConfigError(
-                f"native_kernel(method={method!r}, schedule={schedule!r}) needs num_steps, the "
-                "total number of steps the native driver will run (num_warmup + num_samples)."
+                f"native_kernel(method={method!r}, schedule={config.schedule!r}) needs num_steps, "
+                "the total number of steps the native driver will run (num_warmup + "
+                "num_samples)."
             )
         setup = prepare(bound, backend, precision, seed)
         plate = minibatch_plate(setup, batch_size)
         sizes = make_schedule(
-            schedule, step_size, num_steps=num_steps or 1, num_cycles=num_cycles,
-            decay_offset=decay_offset, decay_power=decay_power,
+            config.schedule, config.step_size, num_steps=num_steps or 1,
+            num_cycles=num_cycles, decay_offset=decay_offset, decay_power=decay_power,
         )  # fmt: skip
-        transition, data = sgmcmc_transition(
-            setup, entry, settings, sizes, plate, batch_size, num_steps or 1, num_cycles
-        )
-        return cls(setup, method, transition, data, plate, batch_size, seed)
+        transition, data = sgmcmc_transition(setup, config, plate, num_steps or 1)
+        return cls(setup, method, transition, data, sizes, plate, batch_size, seed)
+
+    def rate(self, step):
+        """The step size at ``step`` (a traced or host step counter)."""
+        return self.schedule(step)
 
     def initial_position(self):
-        """Uniform on [-2, 2] in the unconstrained space (as ``fit``'s default)."""
-        from ..inference.common import initial_positions
-
+        """Uniform on [-2, 2] in the unconstrained space."""
         return initial_positions(self.setup, "uniform", 1, self.seed)[0]
 
-    def batch(self, indices):
-        """What a step sees of the data (see :class:`ppl_bdl.inference.driver.Batch`)."""
-        from ..inference.driver import Batch
-
+    def batch(self, indices) -> Batch:
+        """What a step sees of the data (see :class:`ppl_bdl.backend_protocol.Batch`)."""
         return Batch(self.data, indices)
 
     def minibatches(self):
         """Host-side minibatch indices (one shuffle per epoch), or None for full batch."""
-        from ..inference.minibatch import EpochBatches
-
         if self.plate is None:
             return None
         return EpochBatches(self.plate[1], self.batch_size, self.seed)
 
     def check(self, info: dict, step: int) -> None:
-        """Raise :class:`~ppl_bdl.errors.InferenceError` if ``info`` holds NaN or inf (the same
-        check as the driver's)."""
-        from ..errors import InferenceError
-        from ..inference.driver import all_finite
-
-        be = self.setup.backend
-        with be.activate():
-            if not bool(all_finite(be, info)):
+        """Raise :class:`~ppl_bdl.errors.InferenceError` if ``info`` holds NaN or inf (the
+        driver's check)."""
+        for value in info.values():
+            value = np.asarray(self.setup.backend.to_numpy(value))
+            if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
                 raise InferenceError(
                     f"SG-MCMC kernel {self.method!r} reached a non-finite potential or gradient "
                     f"at step {step}; try a smaller step_size."
@@ -162,3 +167,7 @@ class NativeSpec:
             transform = be.biject_to(layout.sites[name].native.support)
             out[name] = u if transform is None else transform(u)
         return out
+
+
+def _factory_settings(method: str) -> set[str]:
+    return set(inspect.signature(get(method).factory).parameters)
