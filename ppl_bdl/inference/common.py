@@ -281,15 +281,16 @@ class LazyLogLikelihood(Mapping):
 
 def build_posterior(
     setup: Setup, flat: np.ndarray, sample_stats: dict, method: str,
-    log_likelihood: bool = True, **extra,
+    log_likelihood: bool = True, discrete: dict | None = None, **extra,
 ):  # fmt: skip
-    """A :class:`Posterior` from flat unconstrained draws shaped (chain, draw, dim)."""
+    """A :class:`Posterior` from flat unconstrained draws shaped (chain, draw, dim); the
+    discrete latent sites' draws are ``discrete`` (chain, draw, ...) where given (CAVI's q(z)),
+    else drawn from p(z | θ, D)."""
     from ..posterior import Posterior
 
     flat = np.asarray(flat)
     replayer = _Replayer(setup)
-    discrete = None
-    if setup.layout.discrete:  # one draw of the discrete sites per draw: p(z | θ, D)
+    if setup.layout.discrete and not discrete:  # one draw per draw: p(z | θ, D)
         from ..enumeration import posterior_draws
 
         discrete = posterior_draws(replayer.density, flat, setup.settings.get("seed", 0))
