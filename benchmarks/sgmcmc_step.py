@@ -22,7 +22,8 @@ import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.inference.common import prepare
 from ppl_bdl.inference.driver import plan_run, run_chains
-from ppl_bdl.inference.minibatch import EpochBatches, minibatch_plate
+from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.sgmcmc import sgmcmc_transition
 from ppl_bdl.inference.step_size import with_step_size
 from ppl_bdl.schedules import make_schedule

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arviz_export import quiet_arviz
 from .errors import InferenceError
 
 
@@ -182,8 +183,6 @@ def mcmc_findings(post) -> list[Finding]:
     draws = post.num_draws if post.samples else 0
     if not arrays or draws < 4:
         return []
-    from .arviz_export import quiet_arviz
-
     dataset = az.convert_to_dataset({k: v for k, v in arrays.items()})
     findings = []
     with warnings.catch_warnings(), quiet_arviz():  # constant sites: NaN, a RuntimeWarning

@@ -8,8 +8,14 @@ import warnings
 from typing import Any
 
 from . import kernels
+from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
 from .errors import ConfigError
-from .inference.common import prepare
+from .inference.cavi import check_cavi_call, run_cavi
+from .inference.native_mcmc import run_native_mcmc
+from .inference.psis import importance_log_weights
+from .inference.setup import prepare
+from .inference.sgmcmc import run_sgmcmc
+from .inference.vi import run_vi
 
 #: Options of NUTS/HMC (besides the common ones).
 NATIVE_OPTIONS = {
@@ -124,8 +130,6 @@ def fit(
     settings = dict(method=method, backend=backend, precision=precision, device=device,
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
     if method == "cavi":
-        from .inference.cavi import check_cavi_call, run_cavi
-
         check_cavi_call(num_chains, num_warmup, thinning, init)
         setup = prepare(bound, backend, precision, seed, device)
         setup.settings.update(settings, num_samples=num_samples, **_where(setup))
@@ -134,8 +138,6 @@ def fit(
                         log_likelihood, **options)  # fmt: skip
         return _diagnose(post, setup, strict)
     if method == "vi":
-        from .inference.vi import run_vi
-
         if num_chains not in (None, 1):
             raise ConfigError(
                 f"num_chains={num_chains!r} does not apply to method='vi': VI fits one guide. "
@@ -188,13 +190,9 @@ def fit(
                           num_chains=num_chains, thinning=thinning, **_where(setup))  # fmt: skip
     _check_params(setup, method, hold_params)
     if entry.kind == "native":
-        from .inference.native_mcmc import run_native_mcmc
-
         _warn_cost(setup, method)
         post = run_native_mcmc(setup, method, **common, **options)
     else:
-        from .inference.sgmcmc import run_sgmcmc
-
         post = run_sgmcmc(setup, entry, **common, **options)
     return _diagnose(post, setup, strict)
 
@@ -238,12 +236,8 @@ def _check_params(setup, method: str, hold_params: bool) -> None:
 
 def _diagnose(post, setup, strict: bool):
     """Check the fit (:mod:`ppl_bdl.diagnostics`): keep the findings, warn or raise them."""
-    from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
-
     log_weights = None
     if post.method in ("vi", "cavi"):
-        from .inference.psis import importance_log_weights
-
         log_weights = importance_log_weights(setup, post, seed=setup.settings.get("seed", 0))
     post.diagnostics = check_fit(post, log_weights)
     if post.diagnostics:

@@ -27,7 +27,8 @@ from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_st
 from .common import Setup
 from .driver import Batch, Transition, plan_run, run_chains
 from .failures import raise_failure
-from .minibatch import EpochBatches, minibatch_plate
+from .minibatch import EpochBatches
+from .setup import minibatch_plate
 from .step_size import check_step_size, choose_step_size, with_step_size
 
 #: Keyword settings a kernel factory may declare; the driver fills them in.

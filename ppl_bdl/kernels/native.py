@@ -91,7 +91,7 @@ class NativeSpec:
     def build(cls, bound, backend, method, *, step_size, batch_size, schedule, num_steps,
               num_cycles, decay_offset, decay_power, precision, seed, settings) -> NativeSpec:  # fmt: skip
         from ..inference.common import prepare
-        from ..inference.minibatch import minibatch_plate
+        from ..inference.setup import minibatch_plate
         from ..inference.sgmcmc import sgmcmc_transition
         from ..schedules import make_schedule
         from .registry import get
