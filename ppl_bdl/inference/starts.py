@@ -115,18 +115,20 @@ def prior_draws(setup: Setup, count: int, seed: int) -> np.ndarray:
 
 
 def _draw_prior(setup: Setup, count: int, seed: int) -> np.ndarray:
-    """``count`` draws in one call of the compiled prior program (:func:`_prior_program`)."""
+    """``count`` draws in one call of the compiled prior program (:func:`_prior_program`),
+    draw i from the seed ``seed + i``."""
     be = setup.backend
     data, _ = setup.bound.data_arrays(be)
     with be.scope(), be.activate():
-        keys = be.random.keys(be.random.key(seed), count)
-        draws = _prior_program(setup)(keys, data)
+        seeds = be.asarray(np.arange(seed, seed + count), "int")
+        draws = _prior_program(setup)(seeds, data)
         return np.asarray(be.to_numpy(draws), dtype=float)
 
 
 def _prior_program(setup: Setup):
-    """``draws(keys, data)``: the model run once per key with every site drawn from its prior,
-    mapped over the keys (the backend's ``vmap``) and compiled (``jit``). It is kept on the
+    """``draws(seeds, data)``: the model run once per seed with every site drawn from its prior,
+    mapped over the seeds (the backend's ``vmap``) and compiled (``jit``). Draw i is the one a
+    run of the model from the key of seed i makes (as a start from that seed always was). It is kept on the
     model (:attr:`~ppl_bdl.model.Model.compiled`) per backend, data structure, data plate and
     latent layout, so another fit of the model reuses it; the data is an argument, not baked in.
 
@@ -145,9 +147,11 @@ def _prior_program(setup: Setup):
         slots = LatentLayout(layout.slots, sites={})
         batch = None if plate is None else {plate: np.zeros(1, np.int64)}
 
-        def draw(rng_key, data):
+        def draw(seed, data):
             indices = None if batch is None else {k: be.asarray(v, "int") for k, v in batch.items()}
-            run = Evaluator(be, key=rng_key, missing="prior", batch=indices, record=True)
+            run = Evaluator(
+                be, key=be.random.key(seed), missing="prior", batch=indices, record=True
+            )
             unbound.run_with(run, fill_data(template, data))
             return slots.unconstrained_flat(run.sites, be)
 
