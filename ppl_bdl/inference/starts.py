@@ -1,6 +1,6 @@
 """Where the chains of a fit start (``init=``), and prior draws of the flat latent vector.
 
-Prior draws are one vectorised, compiled run of the model (the backend's ``vmap`` over keys,
+Prior draws are one vectorised, compiled run of the model (the backend's ``vmap`` over seeds,
 ``jit``), made once per setup and seed and shared by the MCMC start (``init="median"``) and the
 guide's initial point (:func:`ppl_bdl.inference.vi_guides.guide_init`).
 
