@@ -13,6 +13,7 @@ from typing import ClassVar
 from ..backend_protocol import LoopResult, NativeSettings, Optimizer
 from ..errors import BackendError
 from ..runtime import use_backend
+from . import get
 
 __all__ = ["BackendBase", "LoopResult", "NativeSettings", "Optimizer", "parse_device"]
 
@@ -35,8 +36,6 @@ class BackendBase:
 
     def on(self, device: str | None):
         """This backend (same precision) with its arrays on ``device``."""
-        from . import get
-
         return get(self.name, precision=self.precision, device=device)
 
     def __repr__(self) -> str:

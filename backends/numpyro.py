@@ -227,6 +227,9 @@ class NumPyroBackend(BackendBase):
     def jit(self, fn):
         return jax.jit(fn)
 
+    def fori_loop(self, num, body, init):
+        return jax.lax.fori_loop(0, num, body, init)
+
     def trace(self, fn, example_args):
         # The loop around it is compiled: nothing to trace here.
         return fn

@@ -253,6 +253,12 @@ class PyroBackend(BackendBase):
     def jit(self, fn):
         return fn
 
+    def fori_loop(self, num, body, init):
+        carry = init
+        for i in range(num):
+            carry = body(i, carry)
+        return carry
+
     def trace(self, fn, example_args):
         """``fn`` traced once at ``example_args`` (``make_fx``, then TorchScript), so a step skips
         the Python walk of the model; checked against ``fn`` there, ``fn`` itself (with a

@@ -17,7 +17,7 @@ Example
 (1, 200, 2)
 """
 
-from . import backends, dist, guides, kernels, math, nn, random
+from . import backends, dist, ebm, guides, kernels, math, nn, random
 from .control_flow import scan
 from .diagnostics import ConvergenceError, ConvergenceWarning, Diagnostics
 from .errors import (
@@ -59,6 +59,7 @@ __all__ = [
     "backends",
     "deterministic",
     "dist",
+    "ebm",
     "factor",
     "fit",
     "guide",

@@ -217,6 +217,12 @@ class Autodiff(Protocol):
     def vmap(self, fn: Callable, in_axes: Any = 0) -> Callable: ...
     def jit(self, fn: Callable) -> Callable: ...
 
+    def fori_loop(self, num: int, body: Callable, init: PyTree) -> PyTree:
+        """``carry = body(i, carry)`` for i = 0 .. ``num`` − 1 from ``init``: one loop in the
+        compiled program on JAX (``lax.fori_loop``: its body traced once, however large
+        ``num``), a plain loop elsewhere. For a loop inside a step (an EBM's Langevin chain)."""
+        ...
+
     def trace(self, fn: Callable, example_args: tuple) -> Callable:
         """``fn`` compiled for repeated calls where the backend gains from it (a graph traced at
         ``example_args`` on torch); ``fn`` itself where the enclosing loop is compiled (JAX)."""

@@ -21,26 +21,28 @@ to import) is loaded, so a flag that does not apply fails at once.
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 import warnings
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import ppl_bdl as bdl
+
+from . import __version__, backends, demo, guides, kernels
 from .cli_data import bind, load_model, read_data
 from .cli_flags import _option_value, check_output, fit_settings
+from .diagnostics import ConvergenceError, ConvergenceWarning
 from .errors import ConfigError, InferenceError, PPLError
 
 
 # -- commands -------------------------------------------------------------------------------------
 def cmd_info(args: argparse.Namespace) -> int:
     """Backends (installed and known), kernels, guides and library versions."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    import ppl_bdl as bdl
 
     def ver(dist: str) -> str:
         try:
@@ -48,20 +50,18 @@ def cmd_info(args: argparse.Namespace) -> int:
         except PackageNotFoundError:
             return "not installed"
 
-    print(f"ppl_bdl {bdl.__version__} (Python {platform.python_version()})")
-    print(f"backends installed: {', '.join(bdl.backends.available()) or 'none'}")
-    print(f"backends known:     {', '.join(sorted(bdl.backends.registered()))}")
-    print(f"kernels (fit method=): {', '.join(bdl.kernels.available())}, vi")
-    print(f"guides (method='vi'):  {', '.join(bdl.guides.available()) or 'none registered'}")
+    print(f"ppl_bdl {__version__} (Python {platform.python_version()})")
+    print(f"backends installed: {', '.join(backends.available()) or 'none'}")
+    print(f"backends known:     {', '.join(sorted(backends.registered()))}")
+    print(f"kernels (fit method=): {', '.join(kernels.available())}, vi")
+    print(f"guides (method='vi'):  {', '.join(guides.available()) or 'none registered'}")
     print("versions:")
-    for dist in ("numpy", "scipy", "arviz", "xarray", "matplotlib", *bdl.backends.libraries()):
+    for dist in ("numpy", "scipy", "arviz", "xarray", "matplotlib", *backends.libraries()):
         print(f"  {dist:<11} {ver(dist)}")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from . import backends
-
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; the demo writes into a folder.")
@@ -78,16 +78,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"--out {out} already holds {shown}; pass --force to overwrite them, or choose "
             "another --out."
         )
-    from .demo import run_demo
-
-    run_demo(out, backends=args.backends, quick=args.quick, seed=args.seed)
+    demo.run_demo(out, backends=args.backends, quick=args.quick, seed=args.seed)
     return 0
 
 
 def _backend_name(name: str | None) -> str:
     """The backend ``fit`` will run on, resolved without importing it."""
-    from . import backends
-
     if name is None:
         return backends.default()
     if name not in backends.available():
@@ -102,18 +98,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     out = Path(args.out or f"{model.name}_{backend}_{args.method}.nc")
     check_output(out, args.force)
     bound = bind(model, read_data(args.data))
-
-    import ppl_bdl as bdl
-
-    from .diagnostics import ConvergenceError, ConvergenceWarning
-
     if args.threads:
-        bdl.backends.get(backend).set_threads(args.threads)
+        backends.get(backend).set_threads(args.threads)
     try:
         with warnings.catch_warnings():
             # The report is printed below, once, as a block after the summary.
             warnings.simplefilter("ignore", ConvergenceWarning)
-            post = bdl.fit(
+            post = bdl.fit(  # read off the package when called: tests stand in for it
                 bound, backend=backend, method=args.method, num_samples=args.num_samples,
                 seed=args.seed, precision=args.precision, device=args.device,
                 progress=args.progress, strict=args.strict, **settings,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError, DataError
+from .model import Model
 
 _MATRIX_COLUMN = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(\.(?P<i>\d+)|\[(?P<j>\d+)\])$")
 
@@ -84,8 +85,6 @@ def read_data(path: str | Path) -> dict[str, Any]:
 
 def load_model(target: str):
     """``module:attribute`` (or ``path/to/file.py:attribute``) -> the :class:`~ppl_bdl.Model`."""
-    from .model import Model
-
     if ":" not in target:
         raise ConfigError(
             f"model {target!r}: expected MODULE:MODEL, e.g. ppl_bdl.models.regression:linear_regression."

@@ -16,7 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import guides, kernels, optim, schedules
 from .errors import ConfigError
+from .fit import NATIVE_OPTIONS
+from .inference.sgmcmc import DRIVER_OPTIONS, DRIVER_SUPPLIED
+from .inference.vi import RUN_OPTIONS
+from .objectives import OBJECTIVES
 
 # -- fit's settings, checked against the method before any backend is imported ----------------
 #: The method families a setting can apply to: "vi", "sgmcmc" (every registered SG-MCMC kernel)
@@ -65,8 +70,6 @@ def _flag(name: str) -> str:
 
 def _family(method: str) -> str:
     """The method's family ("vi", "sgmcmc" or the native sampler's name); or an error."""
-    from . import kernels
-
     if method == "vi":
         return "vi"
     if method not in kernels.available():
@@ -76,8 +79,6 @@ def _family(method: str) -> str:
 
 
 def _family_text(families: Sequence[str]) -> str:
-    from . import kernels
-
     sg = [k for k in kernels.available() if kernels.get(k).kind == "sgmcmc"]
     return ", ".join(f"SG-MCMC ({', '.join(sg)})" if f == "sgmcmc" else f for f in families)
 
@@ -85,8 +86,6 @@ def _family_text(families: Sequence[str]) -> str:
 def _guide_settings(guide: str | None) -> set[str]:
     """The settings of the named guide's factory; of every registered guide without a name (the
     guide ``fit`` picks by default is among them, and ``fit`` checks them against it)."""
-    from . import guides
-
     names = guides.available() if guide is None else [guide]
     fixed = {"layout", "backend", "init", "seed"}
     return {p for g in names for p in inspect.signature(guides.get(g)).parameters} - fixed
@@ -101,24 +100,16 @@ def method_options(method: str, guide: str | None = None) -> list[str] | None:
     >>> "temperature" in method_options("sgld"), "num_steps" in method_options("sgld")
     (True, False)
     """
-    from . import kernels
-
     family = _family(method)
     if family == "vi":
-        from .inference.vi import RUN_OPTIONS
-
         keys = set(RUN_OPTIONS) | _guide_settings(guide) | {"log_likelihood"}
     elif family == "sgmcmc":
-        from .inference.sgmcmc import DRIVER_OPTIONS, DRIVER_SUPPLIED
-
         params = inspect.signature(kernels.get(method).factory).parameters.values()
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
             return None
         keys = {p.name for p in params if p.name not in DRIVER_SUPPLIED} | set(DRIVER_OPTIONS)
         keys |= {"hold_params", "log_likelihood"}
     else:
-        from .fit import NATIVE_OPTIONS
-
         keys = set(NATIVE_OPTIONS) | {"hold_params", "log_likelihood"}
     # A setting with a flag reaches as far as its flag: --option num_steps=... is no more a
     # setting of NUTS than --num-steps is.
@@ -175,8 +166,6 @@ def fit_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings = {**flags, **options}
     guide = settings.get("guide")
     if guide is not None:
-        from . import guides
-
         _check_choice("--guide", guide, guides.available())
     allowed = method_options(method, guide)
     unknown = sorted(set(options) - set(allowed)) if allowed is not None else []
@@ -202,15 +191,9 @@ def _check_choice(flag: str, value: Any, valid: Sequence[str]) -> None:
 def _check_values(settings: dict[str, Any], method: str, family: str) -> None:
     """Names that the registries list are checked here, before the backend is imported; numbers
     were checked by the parser."""
-    from . import kernels
-
     if "objective" in settings:
-        from .objectives import OBJECTIVES
-
         _check_choice("--objective", settings["objective"], OBJECTIVES)
     if "schedule" in settings:
-        from . import optim, schedules
-
         valid = optim.SCHEDULES if family == "vi" else schedules.SCHEDULES
         # cSGLD and cSGHMC (a kernel with exploration stages) run on the cyclical schedule only
         if (

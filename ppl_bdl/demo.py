@@ -14,6 +14,7 @@ Example
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,6 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+import ppl_bdl as bdl
+
+from .diagnostics import ConvergenceWarning
+from .models import bnn, posteriordb, regression
 
 #: NUTS settings: (BNN, eight schools). ``quick`` is for tests and smoke runs.
 SETTINGS = {
@@ -60,10 +66,6 @@ def _split(X: np.ndarray, y: np.ndarray):
 def _single_thread_torch(backends: Sequence[str]) -> None:
     # Small models: intra-op threads cost more than they give, and oversubscribe a shared
     # 2-core machine badly. Respect a thread count the user set explicitly.
-    import os
-
-    import ppl_bdl as bdl
-
     if "OMP_NUM_THREADS" not in os.environ:
         for name in backends:
             bdl.backends.get(name).set_threads(1)
@@ -173,10 +175,6 @@ def run_backend(
     """Fit both demo models on ``backend``; write the NetCDF and PNG files into ``out``."""
     import arviz as az
 
-    import ppl_bdl as bdl
-    from ppl_bdl.diagnostics import ConvergenceWarning
-    from ppl_bdl.models import bnn, posteriordb, regression
-
     bnn_settings, schools_settings = SETTINGS["quick" if quick else "full"]
     start = time.perf_counter()
     echo(f"\n=== backend: {backend} ===")
@@ -247,8 +245,6 @@ def run_demo(
     echo: Callable = print,
 ) -> list[DemoResult]:
     """Run the demo on ``backends`` (default: every installed backend); return what it measured."""
-    import ppl_bdl as bdl
-
     installed = bdl.backends.available()
     backends = list(backends) if backends else installed
     for name in backends:

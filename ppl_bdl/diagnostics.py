@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arviz_export import quiet_arviz
 from .errors import InferenceError
 
 
@@ -60,6 +61,8 @@ _LABELS = {
         "(> {threshold:.0%})"
     ),
     "psis_khat": "Pareto k̂ {value:.2f} > {threshold:.2f}",
+    "cavi_not_converged": "CAVI's ELBO still changed by more than tol={threshold:.2g} after "
+    "{value:.0f} sweeps",
     "cost": "{value:.0f} latent dimensions (> {threshold:.0f})",
 }
 
@@ -154,6 +157,8 @@ def check_fit(post, log_weights=None) -> Diagnostics:
     """
     if post.method == "vi":
         return Diagnostics(vi_findings(post.losses, post.settings, log_weights))
+    if post.method == "cavi":
+        return Diagnostics(cavi_findings(post.settings, log_weights))
     findings = mcmc_findings(post)
     findings += sampler_findings(post.sample_stats, post.method, post.settings)
     return Diagnostics(findings)
@@ -178,8 +183,6 @@ def mcmc_findings(post) -> list[Finding]:
     draws = post.num_draws if post.samples else 0
     if not arrays or draws < 4:
         return []
-    from .arviz_export import quiet_arviz
-
     dataset = az.convert_to_dataset({k: v for k, v in arrays.items()})
     findings = []
     with warnings.catch_warnings(), quiet_arviz():  # constant sites: NaN, a RuntimeWarning
@@ -264,6 +267,21 @@ def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
                 "guide (lowrank, flow) or MCMC",
             ))  # fmt: skip
     return findings
+
+
+def cavi_findings(settings: dict, log_weights=None) -> list[Finding]:
+    """CAVI's checks: the run reached ``num_steps`` before the ELBO's relative change fell below
+    ``tol``, and the Pareto k̂ of the fitted q (as for VI). (Its ELBO never falls: a fall stops
+    the fit with an error.)"""
+    findings = []
+    if settings.get("converged") is False:
+        findings.append(Finding(
+            "cavi_not_converged", (), float(settings.get("steps_run", 0)),
+            float(settings.get("tol", 0.0)), "raise num_steps (or loosen tol)",
+        ))  # fmt: skip
+    if log_weights is not None and np.ptp(log_weights) <= 1e-9 * (1 + np.abs(log_weights).max()):
+        log_weights = None  # equal weights: q is the posterior itself (a conjugate model)
+    return findings + vi_findings(None, {}, log_weights)
 
 
 def _loss_curve_findings(losses) -> list[Finding]:

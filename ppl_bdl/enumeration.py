@@ -38,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from .bound_data import fill_data
 from .errors import ModelError
 from .interpreter import SiteRecord
-from .model import fill_data
+from .lowering import Lowering
 
 #: Posterior draws whose discrete sites are drawn per compiled call.
 DRAWS_PER_CALL = 256
@@ -84,7 +85,7 @@ class Enumeration:
     bound : BoundModel
     backend : Backend
     sites : dict
-        A validating trace of the model (:func:`ppl_bdl.layout.trace_model`).
+        A validating trace of the model (:func:`ppl_bdl.trace.trace_model`).
     template : Any
         The data template of :meth:`BoundModel.data_arrays` (the arrays are passed per call).
     exclude : frozenset of str
@@ -101,8 +102,6 @@ class Enumeration:
         self._log_density = backend.jit(self._marginal)
 
     def _native(self, data, jacobian: bool, unroll: bool | None):
-        from .lowering import Lowering
-
         def model(inputs):
             lowering = Lowering(
                 self.backend, sites=self.sites, unconstrained=inputs["latent"],

@@ -27,9 +27,9 @@ import numpy as np
 
 from .backends import get as get_backend
 from .errors import DataError, ModelError
-from .layout import _unbound_message, trace_model
 from .metrics import classification_metrics, regression_metrics
-from .model import BoundModel
+from .model import BoundModel, unbound_message
+from .trace import trace_model
 
 
 def observed_values(bound, site: str, backend) -> np.ndarray:
@@ -76,7 +76,7 @@ def evaluate(
         epistemic_variance. Plain floats.
     """
     if not isinstance(bound, BoundModel):
-        raise ModelError(_unbound_message(bound))
+        raise ModelError(unbound_message(bound))
     result = posterior.predict(bound, num_samples=num_samples, seed=seed, site=site)
     if result.site is None or result.kind not in ("classification", "regression"):
         raise DataError(

@@ -9,10 +9,14 @@ import warnings
 from typing import Any
 
 from . import kernels
+from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
 from .errors import ConfigError
-from .inference.common import prepare
+from .inference.cavi import check_cavi_call, run_cavi
 from .inference.native_mcmc import NativeConfig, run_native_mcmc
+from .inference.psis import importance_log_weights
+from .inference.setup import prepare
 from .inference.sgmcmc import SGMCMCConfig, run_sgmcmc
+from .inference.vi import run_vi
 
 #: Options of NUTS/HMC (besides the common ones): the settings of :class:`NativeConfig`.
 NATIVE_OPTIONS = set(inspect.signature(NativeConfig.build).parameters) - {"method"}
@@ -59,7 +63,9 @@ def fit(
         "numpyro" or "pyro" (see :func:`ppl_bdl.backends.available`); default: NumPyro if
         installed.
     method : str
-        "nuts", "hmc", a registered SG-MCMC kernel (see :func:`ppl_bdl.kernels.available`), or "vi".
+        "nuts", "hmc", a registered SG-MCMC kernel (see :func:`ppl_bdl.kernels.available`), "vi",
+        or "cavi" (closed-form coordinate ascent for conditionally conjugate models:
+        :mod:`ppl_bdl.inference.cavi`).
     num_warmup, num_samples, num_chains, thinning : int
         ``num_samples`` draws are kept per chain; a chain runs ``num_warmup + num_samples * thinning``
         steps on every method and backend (defaults: 1000 warmup steps, 4 chains, no thinning).
@@ -121,9 +127,15 @@ def fit(
         raise ConfigError(f"strict must be True or False, got {strict!r}.")
     settings = dict(method=method, backend=backend, precision=precision, device=device,
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    if method == "cavi":
+        check_cavi_call(num_chains, num_warmup, thinning, init)
+        setup = prepare(bound, backend, precision, seed, device)
+        setup.settings.update(settings, num_samples=num_samples, **_where(setup))
+        _check_params(setup, method, hold_params)
+        post = run_cavi(setup, _positive_int("num_samples", num_samples), seed, progress,
+                        log_likelihood, **options)  # fmt: skip
+        return _diagnose(post, setup, strict)
     if method == "vi":
-        from .inference.vi import run_vi
-
         if num_chains not in (None, 1):
             raise ConfigError(
                 f"num_chains={num_chains!r} does not apply to method='vi': VI fits one guide. "
@@ -225,12 +237,8 @@ def _check_params(setup, method: str, hold_params: bool) -> None:
 
 def _diagnose(post, setup, strict: bool):
     """Check the fit (:mod:`ppl_bdl.diagnostics`): keep the findings, warn or raise them."""
-    from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
-
     log_weights = None
-    if post.method == "vi":
-        from .inference.psis import importance_log_weights
-
+    if post.method in ("vi", "cavi"):
         log_weights = importance_log_weights(setup, post, seed=setup.settings.get("seed", 0))
     post.diagnostics = check_fit(post, log_weights)
     if post.diagnostics:

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from .bound_data import foreign_library
 from .control_flow import StackedNative, no_nesting, python_loop
-from .errors import DataError, ModelError
-from .model import foreign_library
+from .errors import DataError, DistributionError, ModelError
 from .runtime import Message, PlateFrame, Runtime
 from .sites import SiteShape, site_shape
 
@@ -327,8 +327,6 @@ class Evaluator(Runtime):
                 raise DataError(self._foreign_message(msg.name, key, value))
         error = msg.fn.check_concrete(be.to_numpy)
         if error:
-            from .errors import DistributionError
-
             raise DistributionError(f"site {msg.name!r}: {msg.fn.name}: {error}")
 
     def _check_obs(self, msg: Message, value: Any, shape: SiteShape):

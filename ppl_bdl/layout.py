@@ -1,10 +1,11 @@
 """From a model to what the inference algorithms work on: a flat unconstrained vector.
 
-:func:`trace_model` runs a bound model once, validating it, and records its sites.
 :class:`LatentLayout` lays every continuous latent site out in one flat vector of the
 unconstrained space (each support mapped to R^k by the backend's bijection), so kernels and
 guides are written once for a single array. :class:`ModelDensity` gives the potential energy
-U(θ) = −log p(θ, D) (minus log-Jacobians) of a flat vector, optionally on a minibatch.
+U(θ) = −log p(θ, D) (minus log-Jacobians) of a flat vector, optionally on a minibatch. Both read
+a recorded run of the model (:mod:`ppl_bdl.trace`; :func:`trace_model` is importable from here
+too).
 """
 
 from __future__ import annotations
@@ -14,78 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from .bound_data import fill_data
+from .enumeration import Enumeration, discrete_latents
 from .errors import ModelError
 from .interpreter import Evaluator, SiteRecord
+from .trace import trace_model
 
-
-def trace_model(
-    bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True,
-    batch: dict | None = None, check_bounds: bool = True,
-):  # fmt: skip
-    """Run ``bound`` once on ``backend`` with validation on; return its sites by name.
-
-    ``batch`` (plate name -> indices) runs the plate on a subset, as a minibatch does.
-    ``check_bounds`` reruns it with bounds-checked indexing where the backend clamps gathers."""
-    from .model import BoundModel
-
-    if not isinstance(bound, BoundModel):
-        raise ModelError(_unbound_message(bound))
-    with backend.scope():
-        key = backend.random.key(seed)
-        ev = Evaluator(
-            backend, key=key, missing=missing, values=values, validate=validate, record=True,
-            batch=None if batch is None else {k: backend.asarray(v, "int") for k, v in batch.items()},
-        )  # fmt: skip
-        try:
-            bound.run_with(ev)
-            if validate and check_bounds and not backend.checks_index_bounds:
-                _check_bounds(bound, backend, ev)
-        except (ModelError, IndexError) as err:
-            if "out of bounds" not in str(err) or not ev.plates_seen:
-                raise
-            raise _read_past_the_end(bound, ev, err) from err
-    if not any(site.kind in ("latent", "observed") for site in ev.sites.values()):
-        raise ModelError(
-            f"model {bound.name!r} returned before sampling anything: it has no sample sites. Call "
-            "bdl.sample(...) before any return statement."
-        )
-    return ev.sites
-
-
-def _check_bounds(bound, backend, recorded: Evaluator) -> None:
-    """Run the model again with bounds-checked indexing (JAX clamps an out-of-range gather: data
-    shorter than its plate would be read past its end without an error)."""
-    values = {n: s.value for n, s in recorded.sites.items() if s.kind == "latent"}
-    params = {n: s.value for n, s in recorded.sites.items() if s.kind == "param"}
-
-    def run():
-        ev = Evaluator(backend, values=values, params=params, batch=recorded.batch)
-        bound.run_with(ev)
-        return ev.log_joint
-
-    backend.bounds_checked(run)()
-
-
-def _read_past_the_end(bound, ev: Evaluator, err: BaseException):
-    from .errors import DataError
-
-    plates = ", ".join(f"{name!r} (size {size})" for name, size in ev.plates_seen.items())
-    return DataError(
-        f"model {bound.name!r} reads data past its end: {err} An array indexed with a plate's "
-        f"indices needs the plate's size on that axis (plates: {plates}). Bind data of the "
-        "plate's size, or give the plate the data's size."
-    )
-
-
-def _unbound_message(obj: Any) -> str:
-    from .model import Model
-
-    if isinstance(obj, Model):
-        return (
-            f"{obj.name} is a model without data: bind its data first, e.g. "
-            f"fit({obj.name}(X, y), ...), then pass the bound model."
-        )
-    return f"expected a bound model (my_model(data...)), got {type(obj).__name__}."
+__all__ = ["LatentLayout", "LatentSlot", "ModelDensity", "trace_model"]
 
 
 @dataclass(frozen=True)
@@ -130,8 +66,6 @@ class LatentLayout:
     def from_sites(cls, sites: dict[str, SiteRecord], backend, allow_discrete: bool = True):
         """The layout of ``sites``' continuous latents; discrete latents (checked for
         enumeration) are listed in ``discrete``, or refused where ``allow_discrete`` is False."""
-        from .enumeration import discrete_latents
-
         discrete = [s.name for s in sites.values() if s.kind == "latent" and s.is_discrete]
         if discrete and not allow_discrete:
             raise ModelError(
@@ -180,13 +114,33 @@ class LatentLayout:
 
     def unconstrain(self, values: dict[str, Any], backend) -> np.ndarray:
         """Map constrained site values (one point) to the flat unconstrained vector, as NumPy."""
-        parts = []
-        for slot in self.slots:
-            value = backend.asarray(values[slot.name])
-            transform = backend.biject_to(self.sites[slot.name].native.support)
-            u = value if transform is None else transform.inv(value)
-            parts.append(np.asarray(backend.to_numpy(u), dtype=float).reshape(-1))
-        return np.concatenate(parts) if parts else np.zeros(0)
+        parts = self.unconstrain_sites(values, backend)
+        return np.concatenate([parts[s.name] for s in self.slots]) if self.slots else np.zeros(0)
+
+    def unconstrain_sites(self, values: dict[str, Any], backend) -> dict[str, np.ndarray]:
+        """Constrained values of some latent sites (one point) -> each site's unconstrained
+        values, flat, as NumPy."""
+        out = {}
+        for s in self.slots:
+            if s.name in values:
+                u = _inverse(self.sites[s.name], backend.asarray(values[s.name]), backend)
+                out[s.name] = np.asarray(backend.to_numpy(u), dtype=float).reshape(-1)
+        return out
+
+    def unconstrained_flat(self, sites: dict[str, SiteRecord], backend) -> Any:
+        """The latent sites of a recorded run (one point) -> the flat unconstrained vector, each
+        value through its own site's support, as a backend array: backend operations only, so
+        it runs inside ``jit`` and ``vmap`` (the prior draws do)."""
+        return self.flatten(
+            {s.name: _inverse(sites[s.name], sites[s.name].value, backend) for s in self.slots},
+            backend,
+        )
+
+
+def _inverse(site: SiteRecord, value, backend):
+    """``value`` of ``site`` mapped to the unconstrained space by its support's bijection."""
+    transform = backend.biject_to(site.native.support)
+    return value if transform is None else transform.inv(value)
 
 
 class ModelDensity:
@@ -235,13 +189,9 @@ class ModelDensity:
         self.data, self._template = bound.data_arrays(backend)
         self.enumeration = None
         if layout.discrete:
-            from .enumeration import Enumeration
-
             self.enumeration = Enumeration(bound, backend, layout.sites, self._template, exclude)
 
     def _run(self, evaluator: Evaluator, data) -> Evaluator:
-        from .model import fill_data
-
         self.bound.run_with(
             evaluator, fill_data(self._template, self.data if data is None else data)
         )

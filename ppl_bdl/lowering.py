@@ -34,7 +34,7 @@ class Lowering(Runtime):
     ----------
     backend : Backend
     sites : dict, optional
-        A recorded trace of the model (:func:`ppl_bdl.layout.trace_model`): each site takes the
+        A recorded trace of the model (:func:`ppl_bdl.trace.trace_model`): each site takes the
         shape recorded there, so values of enumerated sites may carry extra dimensions on the
         left of the plates.
     unconstrained : dict, optional

@@ -1,12 +1,10 @@
 """Saving and loading posteriors: one NetCDF file that keeps everything a fit has.
 
-The file holds the ArviZ groups (posterior, sample_stats, log_likelihood, observed_data), so
-``arviz.from_netcdf`` reads it like any InferenceData, and two groups of ppl_bdl's own:
-``params`` (the model's ``bdl.param`` values, fitted as point estimates by VI) and ``vi`` (the
-losses and the fitted guide's parameters). The posterior group's attributes hold the fit settings,
-every site's dims, and the model's signature: its name and its latent sites and params with their
-shapes. ``load(path, model=...)`` refuses a model that does not match that signature, and a file
-that ppl_bdl did not write is refused with a :class:`~ppl_bdl.errors.DataError` naming it.
+``post.save(path)`` writes the file (:mod:`ppl_bdl.posterior_file`, which says what it holds);
+``load(path, model=...)`` reads it back, refuses a model that does not match the saved signature
+(its name and its latent sites and params with their shapes), and rebuilds a built-in VI guide
+through the guide registry. A file that ppl_bdl did not write is refused with a
+:class:`~ppl_bdl.errors.DataError` naming it.
 
 Example
 -------
@@ -24,98 +22,28 @@ True
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import guides
+from .arviz_export import GROUPS
+from .backends import available
 from .errors import DataError, ModelError
+from .guides.base import FittedGuide, GuideInit
+from .inference.setup import prepare
 from .posterior import Posterior, from_arviz_data
+from .posterior_file import (
+    EXPECTED,
+    FORMAT_VERSION,
+    PARAMS_GROUP,
+    VI_GROUP,
+    save,
+    signature,
+)
 
-#: The version of the file layout below; a newer file is refused with a clear error.
-FORMAT_VERSION = 1
-#: The group holding the model's ``bdl.param`` values.
-PARAMS_GROUP = "params"
-#: The group of a saved VI posterior holding its losses and the fitted guide's parameters.
-VI_GROUP = "vi"
-#: What :func:`load` expects, for its error messages.
-EXPECTED = "a NetCDF file written by ppl_bdl's Posterior.save"
-
-
-def save(post: Posterior, path: str | Path) -> Path:
-    """Write ``post`` to one NetCDF file (see the module docstring for what it keeps).
-
-    The file is written next to ``path`` and moved over it at the end, so a failed save never
-    leaves a truncated file behind.
-    """
-    from .arviz_export import datasets, to_json
-
-    path = Path(path)
-    groups = datasets(post.to_arviz())
-    groups["posterior"].attrs.update(
-        {
-            "ppl_bdl_format": FORMAT_VERSION,
-            "ppl_bdl_dims": to_json(post.dims),
-            "ppl_bdl_signature": to_json(signature(post)),
-        }
-    )
-    if post.params:
-        groups[PARAMS_GROUP] = _params_dataset(post.params)
-    vi = _vi_dataset(post)
-    if vi is not None:
-        groups[VI_GROUP] = vi
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        for i, (name, ds) in enumerate(groups.items()):
-            encoding = {k: {"zlib": True} for k, v in ds.variables.items() if v.dtype.kind in "iuf"}
-            ds.to_netcdf(
-                tmp, mode="w" if i == 0 else "a", group=name, engine="h5netcdf", encoding=encoding
-            )
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def signature(post: Posterior) -> dict[str, Any]:
-    """What a model must have to go with ``post``: its name, and the shapes of its latent sites
-    and params (JSON-ready)."""
-    return {
-        "model": post.model_name,
-        "latent": {
-            n: list(post.samples[n].shape[2:]) for n in post.latent_names if n in post.samples
-        },
-        "params": {n: list(np.shape(v)) for n, v in post.params.items()},
-    }
-
-
-def _params_dataset(params: dict):
-    import xarray as xr
-
-    return xr.Dataset(
-        {
-            name: ([f"{name}_dim_{i}" for i in range(np.ndim(v))], np.asarray(v))
-            for name, v in params.items()
-        }
-    )
-
-
-def _vi_dataset(post: Posterior):
-    if post.losses is None and post.guide is None:
-        return None
-    import xarray as xr
-
-    from .arviz_export import to_json
-
-    data_vars, attrs = {}, {}
-    if post.losses is not None:
-        data_vars["losses"] = (("step",), np.asarray(post.losses, dtype=float))
-    if post.guide is not None:
-        data_vars["guide_params"] = (("guide_param",), np.asarray(post.guide.phi, dtype=float))
-        attrs["guide"] = post.guide.name
-        attrs["guide_settings"] = to_json(post.guide.settings)
-    return xr.Dataset(data_vars, attrs=attrs)
+__all__ = ["EXPECTED", "check_model", "load", "model_signature", "save", "signature"]
 
 
 def load(path: str | Path, model: Any = None) -> Posterior:
@@ -147,8 +75,6 @@ def load(path: str | Path, model: Any = None) -> Posterior:
         raise FileNotFoundError(f"no posterior file at {path}: expected {EXPECTED}.")
     groups = _read_groups(path)
     attrs = _check_ours(path, groups)
-    from .arviz_export import GROUPS
-
     post = from_arviz_data({g: groups[g] for g in GROUPS if g in groups})
     post.dims.update(_json_attr(path, attrs, "ppl_bdl_dims", {}))
     if PARAMS_GROUP in groups:
@@ -225,9 +151,6 @@ def _old_signature(post: Posterior) -> dict[str, Any]:
 
 
 def _prepare(post: Posterior, model: Any):
-    from .backends import available
-    from .inference.common import prepare
-
     backend = post.backend or available()[0]
     return prepare(model, backend, post.precision or "float32", 0)
 
@@ -273,19 +196,16 @@ def check_model(saved: dict[str, Any], setup, path: str | Path = "the file") -> 
 
 def _rebuild_guide(setup, vi, path: Path) -> Any:
     """The fitted guide of a saved VI posterior, rebuilt on the (checked) model from its
-    parameters; None for a custom ``@bdl.guide`` (its function is not saved)."""
-    from . import guides as guide_registry
-    from .guides.base import FittedGuide, GuideInit
-    from .inference.vi import build_guide
-
+    parameters; None for a custom ``@bdl.guide`` (its function is not saved). The guide comes
+    from the registry, with the settings it was fitted with (checked when it was fitted)."""
     name = str(vi.attrs.get("guide", ""))
-    if name not in guide_registry.available():
+    if name not in guides.available():
         return None  # a custom @bdl.guide: its function is not saved
     phi = np.asarray(vi["guide_params"].values)
     dim = setup.layout.dim
     init = GuideInit(loc=np.zeros(dim), prior_scale=np.ones(dim))
     settings = _json_attr(path, dict(vi.attrs), "guide_settings", {})
-    guide = build_guide(setup, name, init, 0, settings)
+    guide = guides.get(name)(setup.layout, setup.backend, init, seed=0, **settings)
     if guide.param_layout.size != phi.size:
         raise DataError(
             f"{path}: the saved {name!r} guide has {phi.size} parameters, but with its settings "

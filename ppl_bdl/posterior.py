@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import posterior_file
+from .arviz_export import from_arviz, quiet_arviz, to_arviz
 from .diagnostics import Diagnostics, Finding
+from .evaluation import evaluate
+from .predictive import posterior_predictive
 
 
 @dataclass(repr=False)
@@ -97,8 +103,6 @@ class Posterior:
         With ``posterior_predictive=True`` the model is replayed at every draw to fill the
         posterior_predictive group.
         """
-        from .arviz_export import to_arviz
-
         pp = None
         if posterior_predictive:
             pp = self.posterior_predictive_draws(seed=seed)
@@ -126,11 +130,7 @@ class Posterior:
         ``attrs["note"]`` says so. ``attrs["diagnostics"]`` holds the fit's diagnostics report
         (``self.diagnostics.report()``). Keyword arguments go to ``arviz.summary``.
         """
-        import warnings
-
-        import arviz as az
-
-        from .arviz_export import quiet_arviz
+        import arviz as az  # heavy: imported when first used
 
         with warnings.catch_warnings(), quiet_arviz():
             warnings.filterwarnings("ignore", category=RuntimeWarning)  # constant sites' MCSE
@@ -169,8 +169,6 @@ class Posterior:
         compiled once per shape of its inputs and run in
         chunks of draws and of points; ``device`` is where it runs (default: the backend's).
         """
-        from .predictive import posterior_predictive
-
         return posterior_predictive(
             self, bound, num_samples=num_samples, seed=seed, site=site, device=device
         )
@@ -190,8 +188,6 @@ class Posterior:
         mutual_information for a classifier; rmse, nll and the variances for regression. See
         :func:`ppl_bdl.evaluation.evaluate` and :mod:`ppl_bdl.metrics`.
         """
-        from .evaluation import evaluate
-
         return evaluate(
             self,
             bound,
@@ -204,20 +200,14 @@ class Posterior:
 
     # -- saving -------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write the posterior to NetCDF through ArviZ; read it back with :func:`ppl_bdl.load`
-        (see :mod:`ppl_bdl.persistence`)."""
-        from .persistence import save
-
-        return save(self, path)
+        """Write the posterior to NetCDF through ArviZ (:mod:`ppl_bdl.posterior_file`); read it
+        back with :func:`ppl_bdl.load` (:mod:`ppl_bdl.persistence`)."""
+        return posterior_file.save(self, path)
 
 
 def from_arviz_data(data) -> Posterior:
     """A :class:`Posterior` (without its model) from an InferenceData, a DataTree or a mapping
     ``{group: xarray.Dataset}``."""
-    import json
-
-    from .arviz_export import from_arviz
-
     groups = from_arviz(data)
     attrs = groups["attrs"]
     try:

@@ -24,9 +24,9 @@ import numpy as np
 from . import uncertainty as U
 from .backends import get as get_backend
 from .errors import ConfigError, ModelError
-from .layout import _unbound_message, trace_model
-from .model import BoundModel
+from .model import BoundModel, unbound_message
 from .predictive_runner import CLASSIFIERS, run_predictive
+from .trace import trace_model
 
 _CLASSIFIERS = CLASSIFIERS
 
@@ -230,7 +230,7 @@ def posterior_predictive(
     plate) that the posterior lacks is an error. Latent sites inside a plate that the posterior
     lacks (new groups' effects, say) are drawn from their prior given the rest."""
     if not isinstance(bound, BoundModel):
-        raise ModelError(_unbound_message(bound))
+        raise ModelError(unbound_message(bound))
     be = get_backend(posterior.backend, precision=posterior.precision, device=device)
     # Validate the new inputs once ("uniform" draws also work for flat priors).
     sites = trace_model(bound, be, seed=seed, missing="uniform")
@@ -293,7 +293,7 @@ def prior_predictive(
     (10, 4)
     """
     if not isinstance(bound, BoundModel):
-        raise ModelError(_unbound_message(bound))
+        raise ModelError(unbound_message(bound))
     be = get_backend(backend, precision=precision, device=device)
     sites = trace_model(bound, be, seed=seed, missing="prior")  # validate once: clear errors
     draws, moments = run_predictive(bound, be, {}, num_samples, seed, {}, sites)

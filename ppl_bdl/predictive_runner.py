@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bound_data import fill_data
 from .interpreter import Evaluator
-from .model import fill_data
 
 #: Families whose predictive summaries are class probabilities.
 CLASSIFIERS = ("Categorical", "Bernoulli")
@@ -97,8 +97,9 @@ def sites_plate_size(sites, plate: str) -> int:
 
 def _compiled(bound, be, template, params: dict, plate: str | None):
     """``run(values, keys, data, idx)`` vmapped over draws and compiled, cached on the model."""
-    cache = bound.model.__dict__.setdefault("_predictive_cache", {})
-    key = (be.name, be.precision, be.device, repr(template), plate, tuple(sorted(params)))
+    cache = bound.model.compiled
+    key = ("predictive", be.name, be.precision, be.device, repr(template), plate,
+           tuple(sorted(params)))  # fmt: skip
     if key not in cache:
 
         def one(vals, rng_key, data, idx, params):

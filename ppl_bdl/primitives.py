@@ -21,9 +21,19 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from .dist.base import Distribution
+from .dist.constraints import CONSTRAINT_NAMES
 from .errors import ModelError
-from .runtime import Handler, Message, PlateFrame, apply_stack, current_plates, current_runtime
+from .runtime import (
+    Message,
+    PlateFrame,
+    PlateHandler,
+    apply_stack,
+    current_plates,
+    current_runtime,
+)
 
 
 def _check_name(kind: str, name: object) -> None:
@@ -95,8 +105,6 @@ def param(name: str, init: Any, constraint: str | None = None):
     ...     s = bdl.param("s", 1.0, constraint="positive")
     """
     _check_name("param", name)
-    from .dist.constraints import CONSTRAINT_NAMES
-
     if constraint is not None and constraint not in CONSTRAINT_NAMES:
         raise ModelError(
             f"param({name!r}): unknown constraint {constraint!r}; expected one of "
@@ -140,17 +148,6 @@ def factor(name: str, log_weight: Any) -> None:
     apply_stack(msg)
 
 
-class PlateHandler(Handler):
-    """Adds its frame to every site sampled inside the plate."""
-
-    def __init__(self, frame: PlateFrame):
-        self.frame = frame
-
-    def process(self, msg: Message) -> None:
-        if msg.type in ("sample", "factor", "deterministic"):
-            msg.plates.append(self.frame)
-
-
 @contextmanager
 def plate(name: str, size: int):
     """Declare ``size`` conditionally independent elements; yields the index array of the batch.
@@ -170,7 +167,7 @@ def plate(name: str, size: int):
     ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
     """
     _check_name("plate", name)
-    if isinstance(size, bool) or not isinstance(size, int | _np_integer()) or size < 1:
+    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
         raise ModelError(f"plate({name!r}): size must be a positive int, got {size!r}.")
     runtime = current_runtime()
     if runtime is None:
@@ -181,9 +178,3 @@ def plate(name: str, size: int):
     frame = PlateFrame(name=name, size=int(size), dim=-1 - len(frames))
     with runtime.plate(frame) as indices, PlateHandler(frame):
         yield indices
-
-
-def _np_integer():
-    import numpy as np
-
-    return np.integer

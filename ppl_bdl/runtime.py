@@ -23,12 +23,10 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .backend_protocol import Backend
 from .errors import ModelError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .backends import Backend
 
 _STACK: ContextVar[tuple[Handler, ...]] = ContextVar("ppl_bdl_stack", default=())
 _BACKEND: ContextVar[Backend | None] = ContextVar("ppl_bdl_backend", default=None)
@@ -160,14 +158,23 @@ def apply_stack(msg: Message) -> Message:
     return msg
 
 
+class PlateHandler(Handler):
+    """Adds its frame to every site sampled inside the plate (``bdl.plate`` pushes one)."""
+
+    def __init__(self, frame: PlateFrame):
+        self.frame = frame
+
+    def process(self, msg: Message) -> None:
+        if msg.type in ("sample", "factor", "deterministic"):
+            msg.plates.append(self.frame)
+
+
 def current_runtime() -> Runtime | None:
     stack = _STACK.get()
     return stack[0] if stack else None
 
 
 def current_plates() -> list[PlateFrame]:
-    from .primitives import PlateHandler  # local: primitives imports this module
-
     return [h.frame for h in _STACK.get() if isinstance(h, PlateHandler)]
 
 

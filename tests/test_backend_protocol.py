@@ -123,26 +123,83 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _module_imports(name: str, path: Path) -> set[str]:
-    """The ppl_bdl modules ``name`` imports at module level (imports inside functions run
-    later and cannot make an import cycle)."""
+def _imports(name: str, path: Path) -> list[tuple[str, int, bool]]:
+    """Every import statement of module ``name``, anywhere in it: (the module or ``module.name``
+    it names, line, whether it sits inside a function). An import inside a function is an arrow
+    of the layering like any other: it only runs later."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.add(module)
-            found |= {f"{module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package[: len(package) - child.level + 1]
+                    module = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    module = child.module or ""
+                found.append((module, child.lineno, in_function))
+                found.extend((f"{module}.{a.name}", child.lineno, in_function) for a in child.names)
+            elif isinstance(child, ast.Import):
+                found.extend((a.name, child.lineno, in_function) for a in child.names)
+            functions = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+            visit(child, in_function or isinstance(child, functions))
+
+    visit(ast.parse(path.read_text()), False)
     return found
 
 
+def _module_imports(name: str, path: Path) -> set[str]:
+    """The ppl_bdl modules (or ``module.name``) that ``name`` imports, at its top or inside a
+    function."""
+    return {module for module, _, _ in _imports(name, path)}
+
+
+def _function_level_imports() -> list[tuple[str, int, str]]:
+    """(file, line, module) of every import statement inside a function that names one of the
+    package's own modules (the most specific one it names)."""
+    modules, found = _modules(), []
+    for name, path in modules.items():
+        by_line: dict[int, str] = {}
+        for module, line, in_function in _imports(name, path):
+            if in_function and module in modules:
+                by_line[line] = max(by_line.get(line, ""), module, key=len)
+        found += [(str(path.relative_to(ROOT)), line, m) for line, m in by_line.items()]
+    return found
+
+
+#: A backend module may import its own heavy pieces (``numpyro.infer``, ``funsor``, ``torch.fx``
+#: behind ``backends/_numpyro_mcmc.py``, ``_numpyro_enum.py``, ``_jax_lift.py``, ``_pyro_*.py``,
+#: ``_torch_lift.py``) when an entry point that needs them is first called, so that getting a
+#: backend stays fast. These are the only imports of the package's own modules inside functions
+#: that stay: 12 today (NumPyro 7, Pyro 5).
+LAZY_BACKEND_PIECES = 12
+
+
+def test_imports_inside_functions_are_few():
+    """Heavy third-party libraries (torch, jax, pyro, numpyro, arviz, xarray, matplotlib) are
+    imported inside functions, so ``import ppl_bdl`` imports no backend library; the package's
+    own modules are imported at the top, where the layering can see them."""
+    found = _function_level_imports()
+    pieces = [
+        f for f in found if f[0].startswith("backends/") and f[2].startswith("ppl_bdl.backends._")
+    ]
+    other = [f for f in found if f not in pieces]
+    assert not other, f"imports of the package's own modules inside functions: {other}"
+    assert len(pieces) <= LAZY_BACKEND_PIECES, pieces
+
+
+def test_importing_the_package_imports_no_backend_library():
+    import subprocess
+    import sys
+
+    code = "import sys, ppl_bdl; print([m for m in ('torch', 'jax', 'pyro', 'numpyro') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_no_import_cycles():
+    """The layers read in one direction, counting imports inside functions too."""
     modules = _modules()
     graph = {}
     for name, path in modules.items():

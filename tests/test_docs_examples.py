@@ -58,3 +58,22 @@ def test_vi_page_example_runs_as_written(tmp_path, monkeypatch):
     _assert_good_fit(post, {"psis_khat"})
     assert post.losses.shape == (10_000,) and back.guide.name == "lowrank"
     assert post.predict(model(X)).rmse(y) < 0.5 * y.std()
+
+
+def _block_under(page: str, heading: str) -> str:
+    """The first example of ``page`` after the line ``heading``."""
+    text = (ROOT / "docs" / page).read_text()
+    return re.search(r"```python\n(.*?)```", text[text.index(heading) :], re.S).group(1)
+
+
+def test_cavi_section_example_runs_as_written():
+    namespace: dict = {}
+    code = _block_under("inference.md", "## Coordinate-ascent VI (CAVI)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        exec(compile(code, "docs/inference.md (CAVI)", "exec"), namespace)
+    assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    post, elbo = namespace["post"], namespace["elbo"]
+    assert post.settings["converged"] and min(elbo[1:] - elbo[:-1]) >= -1e-4 * abs(elbo[-1])
+    assert sorted(post.guide.params["locs"]["loc"]) == pytest.approx([-5.21, 5.04], abs=0.01)
+    assert post.samples["z"].shape == (1, 1000, 200)

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import DistributionError
 from ..runtime import current_runtime
 from . import constraints as C
+from . import evaluation
 
 #: Fast checks of Python-number parameters, by constraint name (hot loops build many specs).
 _SCALAR_CHECKS = {
@@ -247,9 +248,7 @@ class Distribution:
         >>> dist.Logistic(0.5, 2.0).log_prob(np.array([0.1, 1.0])).round(4)
         array([-2.0894, -2.095 ])
         """
-        from .evaluation import log_prob
-
-        return log_prob(self, value)
+        return evaluation.log_prob(self, value)
 
     def sample(self, key: Any, sample_shape: tuple[int, ...] | int = ()) -> Any:
         """Draws of shape ``sample_shape + batch_shape + event_shape``.
@@ -263,9 +262,7 @@ class Distribution:
         >>> dist.Poisson(3.0).sample(0, (1000,)).mean().round(0)
         np.float64(3.0)
         """
-        from .evaluation import sample
-
-        return sample(self, key, sample_shape)
+        return evaluation.sample(self, key, sample_shape)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={_brief(v)}" for k, v in self.params.items())

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import backends
 from ..errors import DistributionError
 from ..runtime import active_backend, current_runtime
 
@@ -41,8 +42,6 @@ def _leaves(spec) -> list[Any]:
 
 def _outside_backend(spec, *values):
     """(backend, owned): the backend for a call outside any run, and whether an array is its own."""
-    from .. import backends
-
     owner = backends.owner_of(*values, *_leaves(spec))
     if owner is not None:
         return owner, True
@@ -124,8 +123,6 @@ def sample(spec, key: Any, sample_shape=()) -> Any:
     if isinstance(key, int | np.integer):
         backend, _ = _outside_backend(spec)
     else:
-        from .. import backends
-
         backend = backends.owner_of(key, *_leaves(spec))
         if backend is None:
             raise DistributionError(

@@ -35,6 +35,7 @@ from ..dist.constraints import param_to_constrained, param_to_unconstrained
 from ..errors import ConfigError, ModelError
 from ..interpreter import Evaluator
 from ..model import BoundModel, Model
+from ..trace import trace_model
 from .base import Guide, GuideInit, ParamLayout
 
 
@@ -73,8 +74,6 @@ class CustomGuide(Guide):
     name = "custom"
 
     def __init__(self, layout, backend, init: GuideInit, bound_guide: BoundModel, seed: int = 0):
-        from ..layout import trace_model
-
         super().__init__(layout, backend, init, seed)
         self.bound_guide = bound_guide
         self.name = bound_guide.name

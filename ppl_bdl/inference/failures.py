@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ..errors import InferenceError
-from .common import Setup, build_posterior
 from .driver import RunResult
+from .posterior_from_draws import build_posterior
+from .setup import Setup
 
 
 def partial_posterior(setup: Setup, run: RunResult, method: str, log_likelihood: bool = True):

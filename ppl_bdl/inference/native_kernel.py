@@ -18,9 +18,10 @@ from ..backend_protocol import Batch
 from ..errors import ConfigError, InferenceError
 from ..kernels.registry import get
 from ..schedules import make_schedule
-from .common import initial_positions, prepare
-from .minibatch import EpochBatches, minibatch_plate
+from .minibatch import EpochBatches
+from .setup import minibatch_plate, prepare
 from .sgmcmc import SGMCMCConfig, sgmcmc_transition
+from .starts import initial_positions
 
 
 def native_kernel(

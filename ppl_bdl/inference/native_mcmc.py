@@ -15,9 +15,11 @@ import numpy as np
 from ..backend_protocol import NativeSettings
 from ..errors import ConfigError
 from ..layout import ModelDensity
-from .common import Setup, build_posterior, initial_positions
 from .driver import plan_run, run_chains
 from .failures import raise_failure
+from .posterior_from_draws import build_posterior
+from .setup import Setup
+from .starts import initial_positions
 
 CHAIN_METHODS = ("sequential", "vectorized")
 

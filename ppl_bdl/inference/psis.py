@@ -30,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import ModelDensity
-from .common import Setup, pad_rows, replay_chunk_size
+from .posterior_from_draws import pad_rows, replay_chunk_size
+from .setup import Setup
 
 #: Draws from the guide that the weights are computed at (PSIS's k̂ is reliable from a few
 #: hundred draws on; Vehtari et al. 2024, Section 3.2.4).

@@ -29,10 +29,12 @@ from ..kernels import registry
 from ..kernels.registry import KernelEntry
 from ..layout import ModelDensity
 from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
-from .common import Setup, build_posterior, initial_positions
 from .driver import plan_run, run_chains
 from .failures import raise_failure
-from .minibatch import EpochBatches, minibatch_plate
+from .minibatch import EpochBatches
+from .posterior_from_draws import build_posterior
+from .setup import Setup, minibatch_plate
+from .starts import initial_positions
 from .step_size import check_step_size, choose_step_size
 
 #: Keyword settings a kernel factory may declare; the driver fills them in.
@@ -223,8 +225,8 @@ def sgmcmc_transition(
         example_idx = be.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
         example = (be.asarray(np.zeros(setup.layout.dim)), Batch(density.data, example_idx))
         value_and_grad = be.trace(value_and_grad, example)
-        kernel = build_kernel(config, value_and_grad=value_and_grad, num_steps=num_steps,
-                              num_cycles=config.num_cycles)  # fmt: skip
+        kernel = build_kernel(config.entry, config.kernel_options, value_and_grad=value_and_grad,
+                              num_steps=num_steps, num_cycles=config.num_cycles)  # fmt: skip
 
     def init(key, position, data):
         return kernel.init(position)
@@ -235,12 +237,14 @@ def sgmcmc_transition(
     return Transition(init, kernel.step, emit), density.data
 
 
-def build_kernel(config: SGMCMCConfig, **supplied):
-    """``config``'s kernel with its options and the driver's ``supplied`` settings it declares."""
-    params = inspect.signature(config.entry.factory).parameters
+def build_kernel(entry: KernelEntry, options: dict, **supplied):
+    """``entry``'s kernel with its ``options`` (checked: :class:`SGMCMCConfig`) and the driver's
+    ``supplied`` settings it declares."""
+    _check_kernel_options(entry, options)
+    params = inspect.signature(entry.factory).parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     given = {k: v for k, v in supplied.items() if k in params or var_kw}
-    return config.entry.factory(**config.kernel_options, **given)
+    return entry.factory(**options, **given)
 
 
 def _cyclical_plan(num_warmup: int, needed: int, num_cycles: int, exploration: float):

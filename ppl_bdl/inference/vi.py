@@ -39,7 +39,8 @@ from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_l
 from ..optim import OptimizerConfig
 from .common import Setup, build_posterior
 from .driver import RunPlan, plan_run, progress_bar, run_chains
-from .minibatch import EpochBatches, minibatch_plate
+from .minibatch import EpochBatches
+from .setup import minibatch_plate
 from .vi_guides import build_guide, guide_init
 from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, segment_length
 
@@ -163,7 +164,7 @@ class VIRun:
         with be.scope(), be.activate():
             init = guide_init(setup, run_opts.get("init_loc", "median"), seed)
             self.guide = build_guide(
-                setup, run_opts.get("guide", "meanfield"), init, seed, guide_opts
+                setup, run_opts.get("guide", "meanfield"), init, seed, guide_opts, RUN_OPTIONS
             )
             self.guide_settings = dict(guide_opts)
             self.kl = analytic_kl_sites(setup, self.guide, self.objective)

@@ -1,9 +1,11 @@
-"""Building a VI run's guide: its initial point from prior draws, and the guide from a name or a
-``@bdl.guide`` function with its settings checked."""
+"""Building a VI run's guide: its initial point from prior draws (the fit's shared draws,
+:func:`ppl_bdl.inference.starts.prior_draws`), and the guide from a name or a ``@bdl.guide``
+function with its settings checked against the options its caller names."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -12,7 +14,8 @@ from .. import guides as guide_registry
 from ..errors import ConfigError, ModelError
 from ..guides.base import GuideInit
 from ..guides.custom import CustomGuide, bind_guide
-from .common import Setup, initial_positions, prior_draws
+from .setup import Setup
+from .starts import initial_positions, prior_draws
 
 #: Prior draws used to set a guide's initial mean and per-coordinate scale.
 INIT_DRAWS = 20
@@ -48,14 +51,17 @@ def guide_init(setup: Setup, init_loc: Any, seed: int) -> GuideInit:
     return GuideInit(loc=np.asarray(loc, dtype=float), prior_scale=np.asarray(scale, dtype=float))
 
 
-def build_guide(setup: Setup, spec: Any, init: GuideInit, seed: int, settings: dict):
-    """A guide from a registered name or a ``@bdl.guide`` function, with its settings checked."""
+def build_guide(
+    setup: Setup, spec: Any, init: GuideInit, seed: int, settings: dict, run_options: Iterable[str]
+):
+    """A guide from a registered name or a ``@bdl.guide`` function, with its settings checked
+    (``run_options``: the method's own options, named in the error for an unknown setting)."""
     bound = bind_guide(spec, setup.bound)
     if bound is not None:
         if settings:
             raise ConfigError(
                 f"option(s) {sorted(settings)} do not apply to a custom guide (they configure the "
-                "built-in guides). Known VI options: " + ", ".join(sorted(_run_options())) + "."
+                "built-in guides). Known VI options: " + ", ".join(sorted(run_options)) + "."
             )
         return CustomGuide(setup.layout, setup.backend, init, bound, seed=seed)
     if not isinstance(spec, str):
@@ -69,12 +75,6 @@ def build_guide(setup: Setup, spec: Any, init: GuideInit, seed: int, settings: d
     if unknown:
         raise ConfigError(
             f"unknown option(s) {sorted(unknown)} for method='vi' with guide={spec!r}. Guide "
-            f"settings: {sorted(accepted) or 'none'}; VI options: {sorted(_run_options())}."
+            f"settings: {sorted(accepted) or 'none'}; VI options: {sorted(run_options)}."
         )
     return factory(setup.layout, setup.backend, init, seed=seed, **settings)
-
-
-def _run_options() -> set[str]:
-    from .vi import RUN_OPTIONS
-
-    return RUN_OPTIONS

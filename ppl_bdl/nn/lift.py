@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from ..backends import available, get
 from ..errors import ModelError
 from ..runtime import current_backend
 from .module import Module, Site, check_layer_prior, check_name, shape_of
@@ -259,8 +260,6 @@ def _lift_on(backend, module) -> ModuleParts:
             "write the network with ppl_bdl.nn (nn.Sequential of nn.Conv2d, nn.Dense, ...; see "
             "docs/nn.md), which runs on every backend."
         )
-    from ..backends import available
-
     raise ModelError(
         f"nn.lift: no installed backend ({', '.join(available())}) can lift a "
         f"{type(module).__module__}.{type(module).__name__}. Lift a torch.nn.Module (Pyro "
@@ -269,8 +268,6 @@ def _lift_on(backend, module) -> ModuleParts:
 
 
 def _find_owner(backend, module) -> tuple[Any, ModuleParts | None]:
-    from ..backends import available, get
-
     for name in available():
         other = get(name, backend.precision)
         if type(other) is type(backend):

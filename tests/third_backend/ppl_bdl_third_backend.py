@@ -90,6 +90,9 @@ class DelegateBackend(BackendBase):
     def jit(self, fn):
         return jax.jit(fn)
 
+    def fori_loop(self, num, body, init):
+        return jax.lax.fori_loop(0, num, body, init)
+
     def trace(self, fn, example_args):
         return fn
 
