@@ -26,7 +26,8 @@ import ppl_bdl as bdl
 from ppl_bdl import dist, nn
 from ppl_bdl.inference.common import prepare
 from ppl_bdl.inference.driver import plan_run, run_chains
-from ppl_bdl.inference.minibatch import EpochBatches, minibatch_plate
+from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
 from ppl_bdl.inference.vi import VIRun
 

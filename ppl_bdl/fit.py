@@ -51,6 +51,7 @@ def fit(
     log_likelihood: bool = True,
     strict: bool = False,
     hold_params: bool = False,
+    chain_ids: list[int] | None = None,
     **options: Any,
 ):
     """Fit a bound model on ``backend`` ("pyro" or "numpyro") with ``method``.
@@ -99,6 +100,10 @@ def fit(
         MCMC only: a model's ``bdl.param`` sites are not sampled; NUTS, HMC and SG-MCMC refuse
         such a model unless ``hold_params=True`` says to hold them at their initial values. (VI
         fits them as point estimates.)
+    chain_ids : list of int, optional
+        MCMC only: run just these chains of the ``num_chains`` (what one task of an executor
+        runs); each chain's draws are those it has in the whole run (a chain's draws depend on
+        the seed and its number only), and the posterior holds them in this order.
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
         ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or
@@ -164,6 +169,7 @@ def fit(
         return _diagnose(post, setup, strict)
     entry = kernels.get(method)
     num_chains = _positive_int("num_chains", 4 if num_chains is None else num_chains)
+    chain_ids = _chain_ids(chain_ids, num_chains)
     num_warmup = _positive_int("num_warmup", 1000 if num_warmup is None else num_warmup, minimum=0)
     thinning = _positive_int("thinning", 1 if thinning is None else thinning)
     common = dict(
@@ -175,6 +181,7 @@ def fit(
         init=init,
         progress=progress,
         log_likelihood=log_likelihood,
+        chain_ids=chain_ids,
     )
     if entry.kind == "native":
         unknown = set(options) - NATIVE_OPTIONS
@@ -247,6 +254,23 @@ def _diagnose(post, setup, strict: bool):
             raise ConvergenceError(message, partial=post, findings=post.diagnostics)
         warnings.warn(message, ConvergenceWarning, stacklevel=3)
     return post
+
+
+def _chain_ids(chain_ids, num_chains: int) -> list[int]:
+    """The chains to run: all of them, or a checked subset (distinct, in range)."""
+    if chain_ids is None:
+        return list(range(num_chains))
+    ids = list(chain_ids) if isinstance(chain_ids, list | tuple | range) else None
+    if (
+        not ids
+        or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_chains for c in ids)
+        or len(set(ids)) != len(ids)
+    ):
+        raise ConfigError(
+            f"chain_ids must be a non-empty list of distinct chain numbers in [0, num_chains) = "
+            f"[0, {num_chains}), got {chain_ids!r}."
+        )
+    return ids
 
 
 def _where(setup) -> dict:

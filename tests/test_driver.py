@@ -168,3 +168,18 @@ def test_vi_keeps_the_parameters_from_before_the_failed_step(backend):
     expected = fresh.fitted_guide().params
     for name in expected:
         np.testing.assert_array_equal(kept[name], expected[name])
+
+
+@pytest.mark.parametrize("method", ["sghmc", "nuts"])
+def test_a_subset_of_chains_draws_what_those_chains_draw_in_the_whole_run(backend, method):
+    """``chain_ids`` (what an executor's task runs): a chain's draws depend on the seed and its
+    number only, never on which chains run beside it."""
+    kw = dict(backend=backend, method=method, num_warmup=30, num_samples=20, num_chains=4,
+              seed=3, progress=False, log_likelihood=False)  # fmt: skip
+    if method == "sghmc":
+        kw.update(step_size=1e-3, batch_size=16)
+    whole = bdl.fit(regression(*_data()), **kw)
+    part = bdl.fit(regression(*_data()), chain_ids=[3, 1], **kw)
+    np.testing.assert_array_equal(part.samples["w"], whole.samples["w"][[3, 1]])
+    with pytest.raises(bdl.ConfigError, match="chain_ids must be"):
+        bdl.fit(regression(*_data()), chain_ids=[4], **kw)

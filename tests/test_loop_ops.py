@@ -25,7 +25,8 @@ import ppl_bdl as bdl
 from ppl_bdl import dist, nn
 from ppl_bdl.inference import driver
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.minibatch import EpochBatches, minibatch_plate
+from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
 
 pytest.importorskip("jax")

@@ -80,9 +80,10 @@ def _number(value) -> bool:
 def run_native_mcmc(
     setup: Setup, config: NativeConfig, *, num_warmup: int, num_samples: int, num_chains: int,
     thinning: int, seed: int, init, progress: bool = False, log_likelihood: bool = True,
+    chain_ids: list[int] | None = None,
 ):  # fmt: skip
     """Run the backend's NUTS (``config.method == "nuts"``) or HMC on a prepared model; return a
-    Posterior."""
+    Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default)."""
     be, method = setup.backend, config.method
     density = ModelDensity(setup.bound, be, setup.layout, setup.params)
     settings = NativeSettings(
@@ -96,10 +97,11 @@ def run_native_mcmc(
     keep = np.zeros(num_warmup + num_samples * thinning, bool)
     keep[num_warmup + thinning - 1 :: thinning] = True
     positions = initial_positions(setup, init, num_chains, seed)
-    plan = plan_run(keep, num_chains, setup.layout.dim, config.chunk_size, progress)
+    chains = list(range(num_chains)) if chain_ids is None else chain_ids
+    plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
     run = run_chains(
-        be, transition, positions, seed, plan, density.data, lambda c: None, method,
-        progress=progress, vectorize=config.chain_method == "vectorized",
+        be, transition, positions[chains], seed, plan, density.data, lambda c: None, method,
+        progress=progress, chain_ids=chains, vectorize=config.chain_method == "vectorized",
     )  # fmt: skip
     if run.failure is not None:
         raise_failure(setup, run, kind=method.upper(), requested=num_samples, method=method,

@@ -152,8 +152,10 @@ def _check_kernel_options(entry: KernelEntry, options: dict) -> None:
 def run_sgmcmc(
     setup: Setup, config: SGMCMCConfig, *, num_warmup: int, num_samples: int, num_chains: int,
     thinning: int, seed: int, init: Any, progress: bool = False, log_likelihood: bool = True,
+    chain_ids: list[int] | None = None,
 ):  # fmt: skip
-    """Run the SG-MCMC kernel of ``config`` on a prepared model; return a Posterior.
+    """Run the SG-MCMC kernel of ``config`` on a prepared model; return a Posterior (of the
+    chains ``chain_ids`` of ``num_chains``, all by default).
 
     Example
     -------
@@ -182,12 +184,14 @@ def run_sgmcmc(
         return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
 
     step_size = config.step_size
-    if step_size is None:
+    if step_size is None:  # from every chain's start, whichever chains this run has
         step_size = choose_step_size(be, transition, positions, data, batches, unit, seed, name)
     setup.settings["step_size"] = step_size
-    plan = plan_run(keep, num_chains, setup.layout.dim, config.chunk_size, progress)
+    chains = list(range(num_chains)) if chain_ids is None else chain_ids
+    plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
     rates = step_size * unit
-    run = run_chains(be, transition, positions, seed, plan, data, batches, name, rates, progress)
+    run = run_chains(be, transition, positions[chains], seed, plan, data, batches, name, rates,
+                     progress, chain_ids=chains)  # fmt: skip
     if run.failure is not None:
         raise_failure(setup, run, kind=f"SG-MCMC kernel {name!r}", requested=num_samples,
                       method=name, step_size=float(rates[run.failure.step]),
