@@ -16,6 +16,13 @@ count), so warmup, sampling and a shorter last chunk share it. Its shape depends
 - **GPU**: the gated loop: a ``lax.scan`` of known length (a loop whose trip count is data
   makes the host wait for the device every step), each update kept only while no step has
   failed (a select, which fuses into the update's own kernel).
+- **Chains over several devices** (``mesh``, a state whose chain axis is split over it): the
+  program above runs under ``shard_map``, each device its own block of chains and nothing shared
+  between devices in a step (a NUTS tree on one device does not wait for the deepest tree on
+  another). The "every step finite" flag is kept per chain (each info's leading axis) and read
+  at the chunk's end, never reduced across devices per step; on GPUs the steps run ungated (a
+  scan of known length), the CPU's segments as above. A chunk with a failed step is run again
+  with the gated loop over the whole mesh, which stops every chain at the first failed step.
 
 Example
 -------
@@ -39,8 +46,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import PartitionSpec
 
 from ..backend_protocol import LoopResult
+from ._jax_shard import AXIS
 
 
 class _Chunk(NamedTuple):
@@ -52,10 +61,12 @@ class _Chunk(NamedTuple):
     failed_at: object
 
 
-def compile_loop(step, emit, on_cpu: bool | None = None):
+def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
     """The runner of ``step`` over chunks (see :meth:`ppl_bdl.backend_protocol.Autodiff.compile_loop`).
 
-    ``on_cpu`` picks the loop's shape (default: whether JAX's default device is a CPU).
+    ``on_cpu`` picks the loop's shape (default: whether JAX's default device is a CPU);
+    ``mesh``: chains split over its devices run each on its own device (``shard_map``) when
+    the state comes split along its leading (chain) axis.
     """
     if on_cpu is None:
         on_cpu = jax.default_backend() == "cpu"
@@ -64,6 +75,13 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
     step = jax.jit(step)
     fast = jax.jit(_segment_run(step, emit), static_argnames=("num_rows", "trace"))
     gated = jax.jit(_gated_run(step, emit), static_argnames=("num_rows",))
+    split = {}
+    if mesh is not None:
+        shape = _segment_run(step, emit) if on_cpu else _scan_run(step, emit)
+        split = {
+            trace: jax.jit(_per_device(shape, mesh, trace), static_argnames=("num_rows", "specs"))
+            for trace in (False, True)
+        }
 
     def runner(state, xs, data, keep, num_rows: int, trace: bool = True) -> LoopResult:
         keep = np.asarray(keep, bool)
@@ -71,22 +89,74 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
         if kept > num_rows:
             raise ValueError(f"{kept} kept steps in a chunk with room for {num_rows} rows")
         count = jnp.asarray(steps, jnp.int32)
-        if on_cpu:
-            ends = np.full(num_rows + 1, steps, np.int32)
-            ends[:kept] = np.flatnonzero(keep) + 1
-            out = fast(state, xs, data, count, jnp.asarray(ends), num_rows=num_rows, trace=trace)
-            if bool(out.ok):
-                return _read(out._replace(kept=kept, failed_at=-1), steps, None if trace else kept)
         length = jax.tree_util.tree_leaves(xs)[0].shape[0]
         mask = np.pad(keep, (0, length - steps))
+        per_device = bool(split) and _split_chains(state)
+        if on_cpu or per_device:
+            if on_cpu:
+                ends = np.full(num_rows + 1, steps, np.int32)
+                ends[:kept] = np.flatnonzero(keep) + 1
+                ends = jnp.asarray(ends)
+            if per_device:
+                last = ends if on_cpu else jnp.asarray(mask)
+                specs = _specs(xs)
+                out = split[trace](state, xs, data, count, last, num_rows=num_rows, specs=specs)
+            else:
+                out = fast(state, xs, data, count, ends, num_rows=num_rows, trace=trace)
+            if _all(out.ok):
+                out = out._replace(kept=kept, failed_at=-1)
+                if on_cpu:
+                    return _read(out, steps, None if trace else kept)
+                return _only_kept(_read(out, steps), mask, trace)
         out = gated(state, xs, data, count, jnp.asarray(mask), num_rows=num_rows)
-        result = _read(out, steps)
-        if trace:
-            return result
-        return result._replace(infos={k: v[mask[: len(v)]] for k, v in result.infos.items()})
+        return _only_kept(_read(out, steps), mask, trace)
 
-    runner.fast, runner.gated = fast, gated
+    runner.fast, runner.gated, runner.split = fast, gated, split
     return runner
+
+
+def _only_kept(result: LoopResult, mask: np.ndarray, trace: bool) -> LoopResult:
+    """Every step's infos (``trace``), else the kept steps' only."""
+    if trace:
+        return result
+    return result._replace(infos={k: v[mask[: len(v)]] for k, v in result.infos.items()})
+
+
+def _split_chains(state) -> bool:
+    """Whether the state comes split over several devices along its leading (chain) axis."""
+    leaf = jax.tree_util.tree_leaves(state)[0]
+    spec = getattr(leaf.sharding, "spec", None)
+    return bool(spec) and spec[0] == AXIS and len(leaf.sharding.device_set) > 1
+
+
+def _per_device(shape, mesh, trace: bool):
+    """``shape``'s chunk program run by each device on its own chains (``shard_map``): the
+    state and the outputs split along the chain axis (rows and infos: their second axis, after
+    the rows' or steps'), the per-step inputs as placed (keys and indices split along their
+    chain axis), the data and the step counts replicated."""
+    chains, stacked = PartitionSpec(AXIS), PartitionSpec(None, AXIS)
+    out = _Chunk(chains, chains, stacked, stacked, PartitionSpec(), PartitionSpec())
+
+    def run(state, xs, data, num_steps, last, num_rows, specs):
+        def body(state, xs, data, num_steps, last):
+            return shape(state, xs, data, num_steps, last, num_rows=num_rows, trace=trace)
+
+        treedef, leaves = specs
+        ins = (chains, jax.tree_util.tree_unflatten(treedef, leaves), PartitionSpec(),
+               PartitionSpec(), PartitionSpec())  # fmt: skip
+        return jax.shard_map(body, mesh=mesh, in_specs=ins, out_specs=out, check_vma=False)(
+            state, xs, data, num_steps, last
+        )
+
+    return run
+
+
+def _specs(tree) -> tuple:
+    """Each array's partition spec as placed (replicated if it has none), hashable (a static
+    argument of the compiled program)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    specs = tuple(getattr(a.sharding, "spec", None) or PartitionSpec() for a in leaves)
+    return treedef, specs
 
 
 def _segment_run(step, emit):
@@ -102,7 +172,7 @@ def _segment_run(step, emit):
             state, ok, t, infos, _ = carry
             new, info = step(state, _at(xs, t), data)
             infos = _write(infos, t, info) if trace else infos
-            return new, ok & _finite(info), t + 1, infos, info
+            return new, _and(ok, _flags(info)), t + 1, infos, info
 
         def segment(carry):
             state, ok, t, r, rows, infos, last = carry
@@ -115,10 +185,33 @@ def _segment_run(step, emit):
 
         zero = jnp.asarray(0, jnp.int32)
         rows = _row_buffers(emit(state), num_rows)
-        init = (state, jnp.asarray(True), zero, zero, rows, infos, last)
-        state, ok, _, _, rows, infos, _ = lax.while_loop(
-            lambda c: c[2] < num_steps, segment, init
-        )
+        init = (state, _flags(last), zero, zero, rows, infos, last)
+        state, ok, _, _, rows, infos, _ = lax.while_loop(lambda c: c[2] < num_steps, segment, init)
+        return _Chunk(state, ok, rows, infos, None, None)
+
+    return run
+
+
+def _scan_run(step, emit):
+    """The GPU shape of chains split over devices: a scan of the chunk's compiled length, the
+    steps ungated (each chain's finite flag carried, read at the end), the steps past
+    ``num_steps`` not applied; a chunk with a failed step is run again gated."""
+
+    def run(state, xs, data, num_steps, keep, num_rows, trace):
+        def body(carry, x):
+            state, ok, rows, slot, t = carry
+            new, info = step(state, x, data)
+            live = t < num_steps
+            state = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, state)
+            ok = _and(ok, jax.tree_util.tree_map(lambda f: f | ~live, _flags(info)))
+            rows = _write(rows, slot, emit(state))
+            slot = slot + (live & x["keep"]).astype(slot.dtype)
+            return (state, ok, rows, slot, t + 1), info
+
+        zero = jnp.asarray(0, jnp.int32)
+        ok = _flags(jax.tree_util.tree_map(lambda a: a[0], _info_buffers(step, state, xs, data, 1)))
+        init = (state, ok, _row_buffers(emit(state), num_rows), zero, zero)
+        (state, ok, rows, _, _), infos = lax.scan(body, init, dict(xs, keep=keep))
         return _Chunk(state, ok, rows, infos, None, None)
 
     return run
@@ -163,6 +256,31 @@ def _read(out: _Chunk, steps: int, kept_infos: int | None = None) -> LoopResult:
         rows = jax.tree_util.tree_map(lambda a: np.asarray(a[:kept]), jax.device_get(out.rows))
     failed = None if failed_at < 0 else {k: v[failed_at] for k, v in infos.items()}
     return LoopResult(out.state, {k: v[:end] for k, v in infos.items()}, rows, failed_at, failed)
+
+
+def _flags(info: dict):
+    """Per leaf of ``info``: whether its floats are finite, over every axis but the leading one
+    (the chain axis of a vectorised step: no reduction across the devices chains are split
+    over). A leaf that holds no floats is finite."""
+
+    def flag(value):
+        value = jnp.asarray(value)
+        if not jnp.issubdtype(value.dtype, jnp.floating):
+            return jnp.ones(value.shape[:1], bool)
+        if value.ndim > 1:
+            value = jnp.sum(value, axis=tuple(range(1, value.ndim)))
+        return jnp.isfinite(value)
+
+    return jax.tree_util.tree_map(flag, info)
+
+
+def _and(flags, more):
+    return jax.tree_util.tree_map(jnp.logical_and, flags, more)
+
+
+def _all(flags) -> bool:
+    """Whether every flag is up (read on the host, once per chunk)."""
+    return all(bool(np.all(f)) for f in jax.tree_util.tree_leaves(jax.device_get(flags)))
 
 
 def _finite(info: dict):

@@ -26,7 +26,7 @@ from ._torch_math import make_math
 from ._torch_optimizer import build_optimizer
 from ._torch_trace import trace_or_eager
 from ._torch_trees import index_tree, leading_size, stack_tree, tree_map
-from .base import BackendBase, NativeSettings, parse_device
+from .base import BackendBase, NativeSettings, device_names, parse_device
 
 Tensor = torch.Tensor
 
@@ -127,8 +127,8 @@ class PyroBackend(BackendBase):
     extra = "pyro"
     vectorized_chains = False
 
-    def __init__(self, precision: str = "float32", device: str | None = None):
-        self.torch_device = _resolve(device)
+    def __init__(self, precision: str = "float32", device=None, shard: str = "chains"):
+        self.torch_device = _resolve(_one_device(device, shard))
         super().__init__(precision, _device_name(self.torch_device))
         self.math = make_math()
         self.random = _Random(self)
@@ -340,6 +340,24 @@ def _cuda_devices(device) -> list[int]:
 
 def _device_name(device) -> str:
     return device.type if device.index is None else f"{device.type}:{device.index}"
+
+
+def _one_device(device, shard: str):
+    """The one device a fit on torch runs on: in one process torch runs one stream of work, so a
+    list of devices (or "cuda:*") is refused, saying what runs work on several devices."""
+    if device is None:
+        return None
+    names = device_names(device, "pyro")
+    if len(names) == 1 and not names[0].endswith(":*") and shard == "chains":
+        return names[0]
+    raise BackendError(
+        f"device={device!r}, shard={shard!r}: the pyro backend runs a fit on one device (one "
+        "torch process, one stream of work). Name one device ('cpu', 'cuda:1'). For chains on "
+        "several devices, run groups of chains in separate processes (fit(..., chain_ids=[...], "
+        "device='cuda:1') per process, or the Ray executor); the numpyro backend splits chains "
+        "or a minibatch over a device list in one program. Data-parallel steps on torch "
+        "(torch.distributed, one process per device) are not implemented yet: docs/scale.md."
+    )
 
 
 def _resolve(device: str | None) -> torch.device:

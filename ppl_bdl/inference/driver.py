@@ -16,7 +16,12 @@ array a kept step keeps. :func:`run_chains` runs it:
   steps' draws come back;
 - stopping at the first step whose ``info`` holds a non-finite number (the potential, a
   gradient norm, the loss), with that step and chain and the state before it (the backend's
-  loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before.
+  loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before;
+- on several devices (``fit(..., device=[...])``), with every array the loop reads handed to
+  :meth:`Backend.place` with its chain and batch axes named: chains split over the devices
+  (the vectorised group padded to a multiple of the device count with copies of its last
+  chain, whose results are dropped), or each step's minibatch (``shard="data"``). A chain's
+  draws depend on its seed and number only, never on the devices.
 """
 
 from __future__ import annotations
@@ -81,6 +86,17 @@ class RunResult:
     final_state: Any = None
     failure: Failure | None = None
     step_infos: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Every group's final state (``run_chains(..., resume=...)`` goes on from them), and
+    #: whether the chains ran side by side (one group) or one after another.
+    states: list = field(default_factory=list)
+    vectorised: bool = False
+
+    def chain_state(self, backend, index: int):
+        """The final state of the run's ``index``-th chain (backend arrays; None for a chain
+        that did not run: one after a failure)."""
+        if not self.vectorised:
+            return self.states[index] if index < len(self.states) else None
+        return backend.tree_map(lambda a: a[index], self.states[0])
 
 
 def plan_run(
@@ -117,7 +133,7 @@ def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
     batches: Callable[[int], Any], name: str, rates: np.ndarray | None = None,
     progress: bool = False, chain_ids: list[int] | None = None, vectorize: bool = True,
-    trace: bool = False,
+    trace: bool = False, resume: list | None = None,
 ) -> RunResult:  # fmt: skip
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
@@ -126,26 +142,61 @@ def run_chains(
     the rate of every step (None: no schedule); ``chain_ids`` the chains' numbers (their seeds;
     default 0, 1, ...); ``vectorize=False`` runs them one after another even where the backend
     could vectorise them; ``trace``: every step's infos come back (``step_infos``), not only
-    the kept steps' (VI's losses, the step-size pilot's potentials)."""
+    the kept steps' (VI's losses, the step-size pilot's potentials); ``resume``: the
+    ``states`` of an earlier run of the same chains, to go on from (instead of ``init``)."""
     chains = list(range(len(positions))) if chain_ids is None else list(chain_ids)
     vectorised = vectorize and backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
+    made = {c: batches(c) for c in chains}
+    _check_spread(backend, vectorised, made[chains[0]], name)
+    pad = (-len(chains)) % backend.device_count if backend.shard_mode == "chains" else 0
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
     runner = _runner(backend, transition, vectorised)
-    parts, failure, final = [], None, None
+    parts, failure, states = [], None, []
     try:
-        for group in groups:
+        for g, group in enumerate(groups):
             rows = np.stack([positions[chains.index(c)] for c in group])
+            start = None if resume is None else resume[g]
             part = _run_group(backend, transition, runner, rows, group, seed, plan, data,
-                              [batches(c) for c in group], rates, vectorised, bar, trace)  # fmt: skip
+                              [made[c] for c in group], rates, vectorised, bar, trace,
+                              pad if vectorised else 0, start)  # fmt: skip
             parts.append(part)
-            final, failure = part.final_state, part.failure
+            failure = part.failure
+            states.append(part.final_state)
             if failure is not None:
                 break
     finally:
         if bar is not None:
             bar.close()
-    return _collect(parts, final, failure)
+    result = _collect(parts, states[-1] if states else None, failure)
+    result.states, result.vectorised = states, vectorised
+    return result
+
+
+def _check_spread(be, vectorised: bool, batch, name: str) -> None:
+    """A run that several devices cannot split is refused, saying what would be split."""
+    count = be.device_count
+    if count == 1:
+        return
+    if be.shard_mode == "chains" and not vectorised:
+        raise ConfigError(
+            f"{name}: device={be.device!r} splits chains over {count} devices, but this run has "
+            "one chain at a time (num_chains=1, or chain_method='sequential'). Run several "
+            f"chains side by side (num_chains >= 2; NUTS/HMC: chain_method='vectorized'), split "
+            "each step's minibatch with shard='data', or use one device."
+        )
+    if be.shard_mode == "data" and batch is None:
+        raise ConfigError(
+            f"{name}: shard='data' splits each step's minibatch over {count} devices, but this "
+            "run steps on the full data (no batch_size). Give batch_size=... (SG-MCMC, VI), or "
+            "split chains instead (shard='chains', the default)."
+        )
+    if be.shard_mode == "data" and batch.batch_size % count:
+        raise ConfigError(
+            f"{name}: shard='data' splits each minibatch over {count} devices; batch_size="
+            f"{batch.batch_size} is not a multiple of {count}. Use batch_size="
+            f"{max(count, batch.batch_size // count * count)} (a multiple of {count})."
+        )
 
 
 def _runner(be, transition: Transition, vectorised: bool):
@@ -170,14 +221,21 @@ class _Part:
 
 
 def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, rates,
-               vectorised, bar, trace) -> _Part:  # fmt: skip
+               vectorised, bar, trace, pad=0, state=None) -> _Part:  # fmt: skip
+    """One group's chunks; ``pad`` copies of its last chain make the group a multiple of the
+    devices its chains are split over (their results are dropped); ``state``: go on from it."""
     with be.scope(), be.activate():
         keys = [be.random.split(be.random.key(chain_seed(seed, c))) for c in group]
-        states = [
-            transition.init(k[0], be.asarray(p), data) for k, p in zip(keys, positions, strict=True)
-        ]
-        state = be.tree_map(lambda *a: be.math.stack(list(a)), *states) if vectorised else states[0]
+        keys += keys[-1:] * pad
+        if state is None:
+            starts = list(positions) + [positions[-1]] * pad
+            states = [transition.init(k[0], be.asarray(p), data)
+                      for k, p in zip(keys, starts, strict=True)]  # fmt: skip
+            stack = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
+            state = stack if vectorised else states[0]
+        state = be.place(state, chain_axis=0 if vectorised else None)
         chain_keys = [k[1] for k in keys]
+        data = be.place(data)  # init ran on the first device; the loop reads it everywhere
     rows, kept_infos, step_infos = [], [], []
     failure = None
     for start in range(0, plan.num_steps, plan.chunk):
@@ -185,7 +243,8 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         keep = plan.keep[start : start + steps]
         try:
             with be.scope(), be.activate():
-                xs = _inputs(be, plan.chunk, start, steps, batches, chain_keys, rates, vectorised)
+                xs = _inputs(be, plan.chunk, start, steps, batches, chain_keys, rates, vectorised,
+                             pad)  # fmt: skip
                 result = runner(state, xs, data, keep, plan.rows, trace)
         except KeyboardInterrupt:
             failure = Failure(start, group[:1], "interrupted")
@@ -203,7 +262,8 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         if result.failed_at >= 0:
             step = start + result.failed_at
             bad = _failed_chains(result.failed_info, vectorised)
-            failure = Failure(step, [group[i] for i in bad] or group[:1], "nonfinite")
+            named = sorted({group[min(i, len(group) - 1)] for i in bad}, key=group.index)
+            failure = Failure(step, named or group[:1], "nonfinite")
             if step >= 1 and plan.keep[step - 1]:  # its position is where U is not finite
                 _drop_last_row(rows, kept_infos)
             break
@@ -283,20 +343,26 @@ def _loop_step(be, transition: Transition, vectorised: bool):
     return step
 
 
-def _inputs(be, length: int, start: int, steps: int, batches, chain_keys, rates, vectorised):
+def _inputs(be, length: int, start: int, steps: int, batches, chain_keys, rates, vectorised,
+            pad: int = 0):  # fmt: skip
     """A chunk's per-step inputs, padded to the compiled ``length``: every step's key (made in
     one call per chain before the chunk runs: a split inside the loop body costs more than a toy
     step's own work; step t's key depends only on its chain's key and t, not on the chunking),
-    the minibatch indices and the rate."""
+    the minibatch indices and the rate, placed on the fit's devices (the ``pad`` chains past
+    ``batches`` read the last chain's indices)."""
     per_chain = [be.random.step_keys(key, start, length) for key in chain_keys]
-    xs = {"key": be.math.stack(per_chain, axis=1) if vectorised else per_chain[0]}
+    chain_axis = 1 if vectorised else None
+    keys = be.math.stack(per_chain, axis=1) if vectorised else per_chain[0]
+    xs = {"key": be.place(keys, chain_axis=chain_axis)}
     if batches[0] is not None:
         blocks = [b.next_block(steps) for b in batches]  # (steps, B) per chain
+        blocks += blocks[-1:] * pad
         idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
         idx[:steps] = np.stack(blocks, axis=1)
-        xs["idx"] = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
+        idx = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
+        xs["idx"] = be.place(idx, chain_axis=chain_axis, batch_axis=2 if vectorised else 1)
     if rates is not None:
-        xs["rate"] = be.asarray(np.pad(rates[start : start + steps], (0, length - steps)))
+        xs["rate"] = be.place(be.asarray(np.pad(rates[start : start + steps], (0, length - steps))))
     return xs
 
 
