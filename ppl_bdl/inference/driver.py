@@ -231,8 +231,9 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
             starts = list(positions) + [positions[-1]] * pad
             states = [transition.init(k[0], be.asarray(p), data)
                       for k, p in zip(keys, starts, strict=True)]  # fmt: skip
-            stack = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
-            state = stack if vectorised else states[0]
+            state = states[0]
+            if vectorised:
+                state = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
         state = be.place(state, chain_axis=0 if vectorised else None)
         chain_keys = [k[1] for k in keys]
         data = be.place(data)  # init ran on the first device; the loop reads it everywhere
