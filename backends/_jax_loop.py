@@ -1,8 +1,9 @@
 """The NumPyro backend's compiled loop over a chunk of steps: one ``jax.jit`` per fit.
 
 The body is the core's step; around it the loop does only what a hand-written ``lax.scan``
-does (a counter, each step's info stored) plus an ``&`` of each step's "info is finite" into one
-flag, and ``emit(state)`` written at kept steps. The program compiles once per fit (the chunk's
+does (a counter, each step's info stored) plus an ``&`` of each step's "info is finite" into a
+flag per chain (per leading entry of each info; read on the host at the chunk's end), and
+``emit(state)`` written at kept steps. The program compiles once per fit (the chunk's
 length, the number of kept rows and the shapes are static; how many steps run is a traced
 count), so warmup, sampling and a shorter last chunk share it. Its shape depends on the device:
 

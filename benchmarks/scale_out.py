@@ -1,0 +1,182 @@
+"""Chains over devices: SGHMC draws per second on the DL-scale MLP against the number of devices.
+
+On JAX's virtual CPU devices here (``XLA_FLAGS=--xla_force_host_platform_device_count=N``, one
+subprocess per N: JAX fixes the count when it starts), on GPUs where a machine has them
+(``--platform gpu``). For the 784-200-200-10 ReLU classifier of :mod:`anchors` (N = 20,000,
+B = 128), SGHMC, it times the loop ``bdl.fit`` runs (set up once, then run for ``steps`` steps
+per call: the same transition, chunks, minibatch indices and kept draws as a fit, as
+:func:`anchors.ours_loop` does for one chain) and reports:
+
+- **sharding overhead on one device**: the same chains on ``device="cpu:0"`` (the plain loop)
+  and on ``device=["cpu:0"]`` (the split program: a mesh of one device, the inputs placed on
+  it, the chunk under ``shard_map``); target <= 5%;
+- **weak scaling**: ``--per-device`` chains on each of 1, 2, 4 devices (the work per device
+  fixed): draws per second, and efficiency = rate(n) / (n · rate(1));
+- **strong scaling**: ``--total`` chains on 1, 2, 4 devices (the total work fixed): draws per
+  second, speed-up and efficiency = speed-up / n.
+
+A draw is one chain's step (SG-MCMC keeps one per step before thinning). Per-step time is (best
+time at ``long`` − best at ``short``) / (long − short), as in :mod:`dl_scale`: set-up and
+compilation cancel; variants are interleaved, each the best of ``--repeats``. Both clocks are
+reported: wall-clock time, and the process's CPU time summed over its threads (the work done,
+which other processes on a shared machine disturb far less than the wall clock; on virtual
+devices, which share the cores, it is what splitting costs in extra work).
+
+Virtual CPU devices share the machine's cores: on a machine with fewer cores than devices the
+scaling numbers measure how the split program shares them (its overhead, the padding, XLA's
+thread pool), not what separate devices give; the overhead on one device is meaningful anywhere.
+The Ray workers' part (local Ray workers against one process) comes with the Ray executor.
+
+Usage::
+
+    python benchmarks/scale_out.py                       # 1, 2, 4 virtual CPU devices
+    python benchmarks/scale_out.py --devices 1,2 --per-device 2 --total 4 --repeats 3
+    python benchmarks/scale_out.py --platform gpu --devices 1,2,4,8   # on a multi-GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import anchors
+import numpy as np
+
+from ppl_bdl.inference.common import prepare
+from ppl_bdl.inference.driver import plan_run, run_chains
+from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.setup import minibatch_plate
+from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
+
+SIZE = "784-200-200-10"
+LENGTHS = (20, 100)
+KEPT = 5
+
+
+def sghmc_loop(size: anchors.Size, data, device, chains: int):
+    """``run(steps)``: our SGHMC loop for ``chains`` chains on ``device`` (set up once)."""
+    setup = prepare(anchors.model(size)(*data), "numpyro", "float32", 0, device=device)
+    plate = minibatch_plate(setup, size.batch)
+    starts = np.random.default_rng(0).normal(size=(chains, setup.layout.dim)) * 0.01
+    config = SGMCMCConfig.build("sghmc", step_size=size.sgld_step, batch_size=size.batch,
+                                momentum_decay=anchors.SGHMC_DECAY)  # fmt: skip
+    cache = {}
+
+    def run(steps: int):
+        if steps not in cache:
+            keep = np.zeros(steps, bool)
+            keep[-KEPT:] = True
+            transition, arrays = sgmcmc_transition(setup, config, plate, steps)
+            cache[steps] = transition, arrays, plan_run(keep, chains, setup.layout.dim)
+        transition, arrays, plan = cache[steps]
+        result = run_chains(setup.backend, transition, starts, 1, plan, arrays,
+                            lambda c: EpochBatches(plate[1], size.batch, [1, c, 7]), "sghmc",
+                            np.full(steps, size.sgld_step))  # fmt: skip
+        assert result.failure is None, result.failure
+
+    return run
+
+
+def per_step(runs: dict, repeats: int) -> dict:
+    """Seconds per step of each ``run``, wall-clock and the process's CPU time (every thread):
+    interleaved, the best of ``repeats`` at each length."""
+    short, long = LENGTHS
+    for run in runs.values():  # compile both lengths
+        run(short)
+        run(long)
+    best = {(k, n, c): float("inf") for k in runs for n in LENGTHS for c in ("wall", "cpu")}
+    for _ in range(repeats):
+        for n in LENGTHS:
+            for k, run in runs.items():
+                wall, cpu = time.perf_counter(), time.process_time()
+                run(n)
+                best[k, n, "wall"] = min(best[k, n, "wall"], time.perf_counter() - wall)
+                best[k, n, "cpu"] = min(best[k, n, "cpu"], time.process_time() - cpu)
+    return {(k, c): (best[k, long, c] - best[k, short, c]) / (long - short)
+            for k in runs for c in ("wall", "cpu")}  # fmt: skip
+
+
+def worker(count: int, per_device: int, total: int, repeats: int, platform: str) -> dict:
+    """Measured in a process with ``count`` devices: chain-steps per second of each variant."""
+    import jax
+
+    size = anchors.SIZES[SIZE]
+    data = anchors.make_data(size)
+    every = f"{'cuda' if platform == 'gpu' else 'cpu'}:*"
+    runs = {}
+    if count == 1:
+        one = jax.devices()[0]
+        name = f"{'cuda' if one.platform == 'gpu' else 'cpu'}:{one.id}"
+        runs["plain"] = sghmc_loop(size, data, name, per_device)
+        runs["mesh of one"] = sghmc_loop(size, data, [name], per_device)
+        if total != per_device:
+            runs["plain total"] = sghmc_loop(size, data, name, total)
+    else:
+        runs["weak"] = sghmc_loop(size, data, every, per_device * count)
+        runs["strong"] = sghmc_loop(size, data, every, total)
+    seconds = per_step(runs, repeats)
+    chains = {"plain": per_device, "mesh of one": per_device, "plain total": total,
+              "weak": per_device * count, "strong": total}  # fmt: skip
+    return {f"{k} {c}": chains[k] / s for (k, c), s in seconds.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--devices", default="1,2,4", help="device counts, comma-separated")
+    parser.add_argument("--per-device", type=int, default=2, help="chains per device (weak)")
+    parser.add_argument("--total", type=int, default=8, help="chains in all (strong)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--platform", default="cpu", choices=("cpu", "gpu"))
+    parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        rates = worker(args.worker, args.per_device, args.total, args.repeats, args.platform)
+        print(json.dumps(rates))
+        return
+    counts = [int(c) for c in args.devices.split(",")]
+    if 1 not in counts:
+        counts = [1] + counts
+    rates = {}
+    for count in counts:
+        env = dict(os.environ, JAX_PLATFORMS=args.platform)
+        if args.platform == "cpu":
+            flags = env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={count}"
+            env["XLA_FLAGS"] = flags.strip()
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
+        cmd = [sys.executable, __file__, "--worker", str(count), "--per-device",
+               str(args.per_device), "--total", str(args.total), "--repeats", str(args.repeats),
+               "--platform", args.platform]  # fmt: skip
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        rates[count] = json.loads(out.stdout.strip().splitlines()[-1])
+    report(rates, args)
+
+
+def report(rates: dict, args) -> None:
+    print(f"SGHMC on {SIZE} (B = {anchors.SIZES[SIZE].batch}), {args.platform}, "
+          f"{os.cpu_count()} cores; draws (chain-steps) per second of wall-clock time and per "
+          "second of the process's CPU time")  # fmt: skip
+    for clock in ("wall", "cpu"):
+        one = rates[1]
+        plain, mesh = one[f"plain {clock}"], one[f"mesh of one {clock}"]
+        print(f"\n[{clock}] one device, {args.per_device} chains: plain loop {plain:.1f}/s, "
+              f"split program on a mesh of one {mesh:.1f}/s: overhead {plain / mesh - 1:+.1%} "
+              "(target <= 5%)")  # fmt: skip
+        base_weak = plain
+        base_strong = one.get(f"plain total {clock}", plain)
+        print(f"{'devices':>8} {'weak: chains':>13} {'draws/s':>9} {'eff.':>6}   "
+              f"{'strong: chains':>15} {'draws/s':>9} {'speed-up':>9} {'eff.':>6}")  # fmt: skip
+        for count, r in sorted(rates.items()):
+            weak = r.get(f"weak {clock}", base_weak)
+            strong = r.get(f"strong {clock}", base_strong)
+            print(f"{count:>8} {args.per_device * count:>13} {weak:>9.1f} "
+                  f"{weak / (count * base_weak):>6.2f}   {args.total:>15} {strong:>9.1f} "
+                  f"{strong / base_strong:>9.2f} {strong / base_strong / count:>6.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
