@@ -3,7 +3,7 @@
 On JAX's virtual CPU devices here (``XLA_FLAGS=--xla_force_host_platform_device_count=N``, one
 subprocess per N: JAX fixes the count when it starts), on GPUs where a machine has them
 (``--platform gpu``). For the 784-200-200-10 ReLU classifier of :mod:`anchors` (N = 20,000,
-B = 128), SGHMC, it times the loop ``bdl.fit`` runs (set up once, then run for ``steps`` steps
+B = 128; ``--size`` picks another), SGHMC, it times the loop ``bdl.fit`` runs (set up once, then run for ``steps`` steps
 per call: the same transition, chunks, minibatch indices and kept draws as a fit, as
 :func:`anchors.ours_loop` does for one chain) and reports:
 
@@ -30,6 +30,7 @@ The Ray workers' part (local Ray workers against one process) comes with the Ray
 Usage::
 
     python benchmarks/scale_out.py                       # 1, 2, 4 virtual CPU devices
+    python benchmarks/scale_out.py --size 8-50-1 --devices 1 --repeats 7   # overhead, toy steps
     python benchmarks/scale_out.py --devices 1,2 --per-device 2 --total 4 --repeats 3
     python benchmarks/scale_out.py --platform gpu --devices 1,2,4,8   # on a multi-GPU machine
 """
@@ -52,8 +53,8 @@ from ppl_bdl.inference.minibatch import EpochBatches
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
 
-SIZE = "784-200-200-10"
-LENGTHS = (20, 100)
+#: Steps of the short and the long run per size (a few seconds per variant on two cores).
+LENGTHS = {"8-50-1": (1_000, 5_000), "784-100-10": (50, 250), "784-200-200-10": (20, 100)}
 KEPT = 5
 
 
@@ -81,16 +82,16 @@ def sghmc_loop(size: anchors.Size, data, device, chains: int):
     return run
 
 
-def per_step(runs: dict, repeats: int) -> dict:
+def per_step(runs: dict, repeats: int, lengths: tuple[int, int]) -> dict:
     """Seconds per step of each ``run``, wall-clock and the process's CPU time (every thread):
     interleaved, the best of ``repeats`` at each length."""
-    short, long = LENGTHS
+    short, long = lengths
     for run in runs.values():  # compile both lengths
         run(short)
         run(long)
-    best = {(k, n, c): float("inf") for k in runs for n in LENGTHS for c in ("wall", "cpu")}
+    best = {(k, n, c): float("inf") for k in runs for n in lengths for c in ("wall", "cpu")}
     for _ in range(repeats):
-        for n in LENGTHS:
+        for n in lengths:
             for k, run in runs.items():
                 wall, cpu = time.perf_counter(), time.process_time()
                 run(n)
@@ -100,25 +101,26 @@ def per_step(runs: dict, repeats: int) -> dict:
             for k in runs for c in ("wall", "cpu")}  # fmt: skip
 
 
-def worker(count: int, per_device: int, total: int, repeats: int, platform: str) -> dict:
+def worker(count: int, per_device: int, total: int, repeats: int, platform: str,
+           name: str) -> dict:  # fmt: skip
     """Measured in a process with ``count`` devices: chain-steps per second of each variant."""
     import jax
 
-    size = anchors.SIZES[SIZE]
+    size = anchors.SIZES[name]
     data = anchors.make_data(size)
     every = f"{'cuda' if platform == 'gpu' else 'cpu'}:*"
     runs = {}
     if count == 1:
         one = jax.devices()[0]
-        name = f"{'cuda' if one.platform == 'gpu' else 'cpu'}:{one.id}"
-        runs["plain"] = sghmc_loop(size, data, name, per_device)
-        runs["mesh of one"] = sghmc_loop(size, data, [name], per_device)
+        first = f"{'cuda' if one.platform == 'gpu' else 'cpu'}:{one.id}"
+        runs["plain"] = sghmc_loop(size, data, first, per_device)
+        runs["mesh of one"] = sghmc_loop(size, data, [first], per_device)
         if total != per_device:
-            runs["plain total"] = sghmc_loop(size, data, name, total)
+            runs["plain total"] = sghmc_loop(size, data, first, total)
     else:
         runs["weak"] = sghmc_loop(size, data, every, per_device * count)
         runs["strong"] = sghmc_loop(size, data, every, total)
-    seconds = per_step(runs, repeats)
+    seconds = per_step(runs, repeats, LENGTHS[name])
     chains = {"plain": per_device, "mesh of one": per_device, "plain total": total,
               "weak": per_device * count, "strong": total}  # fmt: skip
     return {f"{k} {c}": chains[k] / s for (k, c), s in seconds.items()}
@@ -131,10 +133,12 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=8, help="chains in all (strong)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--platform", default="cpu", choices=("cpu", "gpu"))
+    parser.add_argument("--size", default="784-200-200-10", choices=sorted(LENGTHS))
     parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        rates = worker(args.worker, args.per_device, args.total, args.repeats, args.platform)
+        rates = worker(args.worker, args.per_device, args.total, args.repeats, args.platform,
+                       args.size)  # fmt: skip
         print(json.dumps(rates))
         return
     counts = [int(c) for c in args.devices.split(",")]
@@ -150,32 +154,40 @@ def main() -> None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
         cmd = [sys.executable, __file__, "--worker", str(count), "--per-device",
                str(args.per_device), "--total", str(args.total), "--repeats", str(args.repeats),
-               "--platform", args.platform]  # fmt: skip
+               "--platform", args.platform, "--size", args.size]  # fmt: skip
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rates[count] = json.loads(out.stdout.strip().splitlines()[-1])
     report(rates, args)
 
 
 def report(rates: dict, args) -> None:
-    print(f"SGHMC on {SIZE} (B = {anchors.SIZES[SIZE].batch}), {args.platform}, "
-          f"{os.cpu_count()} cores; draws (chain-steps) per second of wall-clock time and per "
-          "second of the process's CPU time")  # fmt: skip
+    print(f"SGHMC on {args.size} (B = {anchors.SIZES[args.size].batch}), {args.platform}, "
+          f"{os.cpu_count()} cores; draws (chain-steps) per second of wall-clock time, and per "
+          "second of the process's CPU time (its threads together)")  # fmt: skip
+    one = rates[1]
     for clock in ("wall", "cpu"):
-        one = rates[1]
         plain, mesh = one[f"plain {clock}"], one[f"mesh of one {clock}"]
-        print(f"\n[{clock}] one device, {args.per_device} chains: plain loop {plain:.1f}/s, "
-              f"split program on a mesh of one {mesh:.1f}/s: overhead {plain / mesh - 1:+.1%} "
+        print(f"[{clock}] one device, {args.per_device} chains: plain loop {plain:.1f}/s, split "
+              f"program on a mesh of one {mesh:.1f}/s: overhead {plain / mesh - 1:+.1%} "
               "(target <= 5%)")  # fmt: skip
-        base_weak = plain
-        base_strong = one.get(f"plain total {clock}", plain)
-        print(f"{'devices':>8} {'weak: chains':>13} {'draws/s':>9} {'eff.':>6}   "
-              f"{'strong: chains':>15} {'draws/s':>9} {'speed-up':>9} {'eff.':>6}")  # fmt: skip
-        for count, r in sorted(rates.items()):
-            weak = r.get(f"weak {clock}", base_weak)
-            strong = r.get(f"strong {clock}", base_strong)
-            print(f"{count:>8} {args.per_device * count:>13} {weak:>9.1f} "
-                  f"{weak / (count * base_weak):>6.2f}   {args.total:>15} {strong:>9.1f} "
-                  f"{strong / base_strong:>9.2f} {strong / base_strong / count:>6.2f}")  # fmt: skip
+    print("Wall clock: efficiency = draws/s over n x the one-device loop's (weak: same chains "
+          "per device; strong: same chains in all).")  # fmt: skip
+    print("CPU clock: draws per CPU-second over the one-device loop's with the same chains per "
+          "device (weak) or in all (strong): 1.00 = splitting costs no extra work.")  # fmt: skip
+    print(f"{'devices':>8} {'chains':>7} {'weak wall/s':>12} {'eff.':>6} {'cpu/s':>7} "
+          f"{'work':>6}   {'chains':>7} {'strong wall/s':>14} {'speed-up':>9} {'eff.':>6} "
+          f"{'cpu/s':>7} {'work':>6}")  # fmt: skip
+    weak1 = {c: one[f"plain {c}"] for c in ("wall", "cpu")}
+    strong1 = {c: one.get(f"plain total {c}", one[f"plain {c}"]) for c in ("wall", "cpu")}
+    for count, r in sorted(rates.items()):
+        weak = {c: r.get(f"weak {c}", weak1[c]) for c in ("wall", "cpu")}
+        strong = {c: r.get(f"strong {c}", strong1[c]) for c in ("wall", "cpu")}
+        speedup = strong["wall"] / strong1["wall"]
+        print(f"{count:>8} {args.per_device * count:>7} {weak['wall']:>12.1f} "
+              f"{weak['wall'] / (count * weak1['wall']):>6.2f} {weak['cpu']:>7.1f} "
+              f"{weak['cpu'] / weak1['cpu']:>6.2f}   {args.total:>7} {strong['wall']:>14.1f} "
+              f"{speedup:>9.2f} {speedup / count:>6.2f} {strong['cpu']:>7.1f} "
+              f"{strong['cpu'] / strong1['cpu']:>6.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
