@@ -33,6 +33,7 @@ Example
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import jax
@@ -201,3 +202,35 @@ def _write(buffers, index, value):
         buffers,
         value,
     )
+
+
+# -- what a compiled loop runs per step (a clock-free guard: tests/test_loop_ops.py) -----------
+#: Instructions that run no kernel: parameters, constants, tuples and their elements, bitcasts.
+_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
+
+
+def body_kernels(compiled_hlo: str) -> list[tuple[str, str]]:
+    """The instructions XLA's CPU backend runs per iteration of a compiled program's step loop,
+    as (opcode, result shape): the body of the non-fusion computation that holds the most
+    matrix products (the network's), free instructions left out. ``compiled_hlo`` is
+    ``jax.jit(f).lower(...).compile().as_text()``."""
+    bodies: dict[str, list[tuple[str, str]]] = {}
+    name = None
+    for line in compiled_hlo.splitlines():
+        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if header:
+            name = header.group(1)
+            bodies[name] = []
+        elif name is not None and (op := re.search(r"=\s*(\S+)\s+([\w\-]+)\(", line)):
+            bodies[name].append((op.group(2), op.group(1)))
+    loops = {k: v for k, v in bodies.items() if "fus" not in k and not k.startswith("wrapped")}
+    body = max(loops.values(), key=lambda ops: (sum(o == "dot" for o, _ in ops), len(ops)))
+    return [(op, shape) for op, shape in body if op not in _FREE]
+
+
+def float_gates(lowered_text: str) -> int:
+    """Selects over floating-point arrays and conditionals in a lowered program
+    (``jax.jit(f).lower(...).as_text()``): a per-step gate on the state is such a select."""
+    selects = re.findall(r"stablehlo\.select[^\n]*", lowered_text)
+    floats = sum(bool(re.search(r"tensor<\d[\dx]*xf\d+>", s.rsplit(",", 1)[-1])) for s in selects)
+    return floats + len(re.findall(r"stablehlo\.(case|if)\b", lowered_text))
