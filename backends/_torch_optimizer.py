@@ -1,6 +1,8 @@
 """The Pyro backend's optimizers: ``torch.optim`` (fused where torch has it) behind the gated
 ``(init, update)``. The parameters are updated in place; an update whose gate is False is
-skipped (the loop stops at that step).
+skipped (the loop stops at that step). The lr of each step is set on the optimizer's param
+group: the schedule's lr (:func:`ppl_bdl.optim.learning_rate`) times ``update``'s ``lr_scale``
+(a scalar tensor the run carries in its state, read only when the run puts a new one there).
 
 Example
 -------
@@ -13,6 +15,9 @@ Example
 >>> new, state = opt.update({"x": torch.tensor(1.0)}, state, params, torch.tensor(True))
 >>> float(new["x"])
 0.5
+>>> new, state = opt.update({"x": torch.tensor(1.0)}, state, new, torch.tensor(True), torch.tensor(0.1))
+>>> round(float(new["x"]), 4)  # 0.5 - 0.1 * 0.5 * 1.0
+0.45
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ from ..optim import OptimizerConfig, learning_rate
 
 
 class _State:
-    def __init__(self, optimizer, scheduler):
-        self.optimizer, self.scheduler = optimizer, scheduler
+    def __init__(self, optimizer):
+        self.optimizer, self.count = optimizer, 0
+        # The last lr_scale seen and its value: the run keeps one tensor in its state between
+        # its cuts, so the host reads it (a device sync on a GPU) once per cut, not per step.
+        self.scale_source, self.scale = None, 1.0
 
 
 @cache
@@ -47,16 +55,17 @@ def build_optimizer(config: OptimizerConfig) -> Optimizer:
             opt = torch.optim.Adam(tensors, lr=config.lr, fused=fused or None)
         else:
             opt = torch.optim.SGD(tensors, lr=config.lr, momentum=config.momentum)
-        sched = None
-        if config.schedule != "constant":
-            sched = torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda step: learning_rate(config, step) / config.lr
-            )
-        return _State(opt, sched)
+        return _State(opt)
 
-    def update(grads: dict, state: _State, params: dict, apply):
+    def update(grads: dict, state: _State, params: dict, apply, lr_scale=None):
         if not bool(apply):
             return params, state
+        if lr_scale is not None and lr_scale is not state.scale_source:
+            state.scale_source, state.scale = lr_scale, float(lr_scale)
+        lr = learning_rate(config, state.count) * state.scale
+        for group in state.optimizer.param_groups:
+            group["lr"] = lr
+        state.count += 1
         if config.clip_norm is not None:
             norm = torch.linalg.vector_norm(
                 torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])
@@ -66,8 +75,6 @@ def build_optimizer(config: OptimizerConfig) -> Optimizer:
         for name, tensor in params.items():
             tensor.grad = grads[name]
         state.optimizer.step()
-        if state.scheduler is not None:
-            state.scheduler.step()
         return params, state
 
     return Optimizer(init, update)

@@ -89,14 +89,16 @@ class LoopResult(NamedTuple):
 
 class Optimizer(NamedTuple):
     """Optax's contract, with a flag for in-place optimizers: ``init(params) -> state`` and
-    ``update(grads, state, params, apply) -> (params, state)``. ``apply`` (a scalar boolean
-    array) is False for a step whose loss or gradient is not finite: the driver stops there and
-    keeps the state from before it (see :class:`LoopResult`), so a functional optimizer (optax)
-    may update regardless, while one that changes the parameters in place (``torch.optim``)
-    must not change them."""
+    ``update(grads, state, params, apply, lr_scale=None) -> (params, state)``. ``apply`` (a scalar
+    boolean array) is False for a step whose loss or gradient is not finite: the driver stops
+    there and keeps the state from before it (see :class:`LoopResult`), so a functional
+    optimizer (optax) may update regardless, while one that changes the parameters in place
+    (``torch.optim``) must not change them. ``lr_scale`` (a scalar array the caller carries in
+    its state; None: 1) multiplies the schedule's lr, so a run can change its lr between compiled
+    calls without compiling again (VI's reduce-on-plateau)."""
 
     init: Callable[[PyTree], PyTree]
-    update: Callable[[PyTree, PyTree, PyTree, Any], tuple[PyTree, PyTree]]
+    update: Callable[..., tuple[PyTree, PyTree]]
 
 
 @dataclass

@@ -22,15 +22,20 @@ from typing import Any
 from .errors import ConfigError, one_of
 
 OPTIMIZERS = ("adam", "sgd")
-SCHEDULES = ("constant", "exponential", "cosine")
+SCHEDULES = ("constant", "exponential", "cosine", "plateau")
 
 
 @dataclass(frozen=True)
 class OptimizerConfig:
     """What to build: ``optimizer`` ("adam" | "sgd"), ``lr``, ``momentum`` (sgd), ``schedule``
-    ("constant" | "exponential" | "cosine"), ``decay`` (the factor the exponential schedule reaches
-    at the last step), ``clip_norm`` (global gradient-norm clipping, None for none) and
-    ``num_steps`` (the schedule's horizon)."""
+    ("constant" | "exponential" | "cosine" | "plateau"), ``decay`` (the factor the exponential
+    schedule reaches at the last step), ``clip_norm`` (global gradient-norm clipping, None for
+    none) and ``num_steps`` (the schedule's horizon).
+
+    Every optimizer a backend builds also takes an ``lr_scale`` at each update (a scalar array
+    the run carries in its state; 1 by default) that multiplies the schedule's lr: the
+    "plateau" schedule is the constant lr times that scale, which the VI monitor cuts when the
+    loss flattens (:class:`ppl_bdl.inference.vi_monitor.Plateau`)."""
 
     optimizer: str = "adam"
     lr: float = 1e-2
@@ -79,12 +84,12 @@ def learning_rate(config: OptimizerConfig, step: Any, xp: Any = _pymath) -> Any:
     ``xp`` supplies ``cos`` and ``minimum`` for traced steps (pass the backend's math namespace
     inside a compiled loop); for Python ints the default uses the ``math`` module.
 
-    - constant: ``lr``
+    - constant, plateau: ``lr`` (the plateau's cuts come as the update's ``lr_scale``)
     - exponential: ``lr * decay ** (step / num_steps)`` (reaches ``lr * decay`` at the end)
     - cosine: ``lr * (1 + cos(pi * min(step, T) / T)) / 2`` (Loshchilov & Hutter 2017)
     """
     lr, horizon = config.lr, max(config.num_steps, 1)
-    if config.schedule == "constant":
+    if config.schedule in ("constant", "plateau"):
         return lr + 0.0 * step
     if config.schedule == "exponential":
         return lr * config.decay ** (step / horizon)
