@@ -1,8 +1,9 @@
 """The Pyro backend's optimizers: ``torch.optim`` (fused where torch has it) behind the gated
 ``(init, update)``. The parameters are updated in place; an update whose gate is False is
-skipped (the loop stops at that step). The lr of each step is set on the optimizer's param
-group: the schedule's lr (:func:`ppl_bdl.optim.learning_rate`) times ``update``'s ``lr_scale``
-(a scalar tensor the run carries in its state, read only when the run puts a new one there).
+skipped (the loop stops at that step, and its state is the one before it). Each step's lr (the
+driver's :class:`~ppl_bdl.inference.driver.Rates`) is set on the optimizer's param group,
+read from its tensor only when the tensor changes (a constant rate is one tensor for a whole
+run: no host read per step).
 
 Example
 -------
@@ -12,12 +13,9 @@ Example
 >>> opt = build_optimizer(OptimizerConfig.build(optimizer="sgd", lr=0.5))
 >>> params = {"x": torch.tensor(1.0)}
 >>> state = opt.init(params)
->>> new, state = opt.update({"x": torch.tensor(1.0)}, state, params, torch.tensor(True))
+>>> new, state = opt.update({"x": torch.tensor(1.0)}, state, params, torch.tensor(True), 0.5)
 >>> float(new["x"])
 0.5
->>> new, state = opt.update({"x": torch.tensor(1.0)}, state, new, torch.tensor(True), torch.tensor(0.1))
->>> round(float(new["x"]), 4)  # 0.5 - 0.1 * 0.5 * 1.0
-0.45
 """
 
 from __future__ import annotations
@@ -27,15 +25,13 @@ from functools import cache
 import torch
 
 from ..backend_protocol import Optimizer
-from ..optim import OptimizerConfig, learning_rate
+from ..optim import OptimizerConfig
 
 
 class _State:
     def __init__(self, optimizer):
-        self.optimizer, self.count = optimizer, 0
-        # The last lr_scale seen and its value: the run keeps one tensor in its state between
-        # its cuts, so the host reads it (a device sync on a GPU) once per cut, not per step.
-        self.scale_source, self.scale = None, 1.0
+        self.optimizer = optimizer
+        self.lr_source = None  # the last lr given (its value is on the param groups)
 
 
 @cache
@@ -57,15 +53,13 @@ def build_optimizer(config: OptimizerConfig) -> Optimizer:
             opt = torch.optim.SGD(tensors, lr=config.lr, momentum=config.momentum)
         return _State(opt)
 
-    def update(grads: dict, state: _State, params: dict, apply, lr_scale=None):
+    def update(grads: dict, state: _State, params: dict, apply, lr):
         if not bool(apply):
             return params, state
-        if lr_scale is not None and lr_scale is not state.scale_source:
-            state.scale_source, state.scale = lr_scale, float(lr_scale)
-        lr = learning_rate(config, state.count) * state.scale
-        for group in state.optimizer.param_groups:
-            group["lr"] = lr
-        state.count += 1
+        if lr is not state.lr_source:
+            state.lr_source = lr
+            for group in state.optimizer.param_groups:
+                group["lr"] = float(lr)
         if config.clip_norm is not None:
             norm = torch.linalg.vector_norm(
                 torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])

@@ -139,16 +139,14 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
         """Our CPU chunk program of ``steps`` steps, lowered (the JAX backend only)."""
         be = setup.backend
         transition, data = sgmcmc_transition(setup, config, plate, steps)
-        runner = be.compile_loop(driver_step(be, transition), lambda c: transition.emit(c[0]))
+        runner = be.compile_loop(driver_step(be, transition), transition.emit)
         with be.scope(), be.activate():
             state = transition.init(be.random.key(0), be.asarray(start[0]), data)
-            carry = (state, be.asarray(0, dtype="int"))
-            xs = chunk_inputs(be, steps, 0, steps, [EpochBatches(n, batch, 0)],
-                              [be.random.key(1)], False)  # fmt: skip
-            ends = be.asarray(np.full(kept + 1, steps), dtype="int")
-            count = be.asarray(steps, dtype="int")
-            inputs = (data, be.asarray(step_size))
-            return runner.fast.lower(carry, xs, inputs, count, ends, num_rows=kept, trace=False)
+            xs = chunk_inputs(be, steps, steps, [EpochBatches(n, batch, 0)], False)
+            inputs = (data, be.asarray(step_size), be.random.key(1))
+            header = np.full(kept + 3, steps, np.int32)
+            return runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=kept,
+                                     trace=False)  # fmt: skip
 
     run.lower = lower
     return run

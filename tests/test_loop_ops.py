@@ -60,18 +60,14 @@ def _ours(wrap=None):
     )
     if wrap is not None:
         transition = transition._replace(step=wrap(transition.step))
-    runner = be.compile_loop(
-        driver._loop_step(be, transition, False, None), lambda carry: transition.emit(carry[0])
-    )
+    runner = be.compile_loop(driver._loop_step(be, transition, False, None), transition.emit)
     with be.scope(), be.activate():
         state = transition.init(be.random.key(0), be.asarray(np.zeros(setup.layout.dim)), data)
-        carry = (state, jnp.asarray(0, jnp.int32))
-        xs = driver._inputs(be, STEPS, 0, STEPS, [EpochBatches(N, B, 0)], [be.random.key(1)],
-                            False)  # fmt: skip
-        count = jnp.asarray(STEPS, jnp.int32)
-        inputs = (data, jnp.asarray(1e-4))
-        return runner.fast.lower(carry, xs, inputs, count, jnp.zeros(ROWS + 1, jnp.int32),
-                                 num_rows=ROWS, trace=False)  # fmt: skip
+        xs = driver._inputs(be, STEPS, STEPS, [EpochBatches(N, B, 0)], False)
+        inputs = (data, jnp.asarray(1e-4), be.random.key(1))
+        header = np.full(ROWS + 3, STEPS, np.int32)
+        return runner.fast.lower(state, xs, inputs, header, length=STEPS, num_rows=ROWS,
+                                 trace=False)  # fmt: skip
 
 
 def _hand():
@@ -84,15 +80,16 @@ def _hand():
         out = (jnp.tanh(X[idx] @ w1 + b1) @ w2 + b2)[:, 0]
         return 0.5 * jnp.sum(((y[idx] - out) / 0.1) ** 2) * (N / B) + 0.5 * jnp.sum(flat * flat)
 
-    def body(flat, x, rate):
-        u, g = jax.value_and_grad(potential)(flat, x["idx"])
-        noise = jax.random.normal(x["key"], flat.shape)
-        return flat - rate * g + jnp.sqrt(2 * rate) * noise, u
+    def body(carry, idx, rate):
+        flat, key = carry
+        key, sub = jax.random.split(key)
+        u, g = jax.value_and_grad(potential)(flat, idx)
+        noise = jax.random.normal(sub, flat.shape)
+        return (flat - rate * g + jnp.sqrt(2 * rate) * noise, key), u
 
-    xs = {"idx": jnp.zeros((STEPS, B), jnp.int32), "key": jax.vmap(jax.random.PRNGKey)(jnp.arange(STEPS))}
-    rate = jnp.asarray(1e-4)
-    scan = jax.jit(lambda flat, xs, rate: jax.lax.scan(lambda f, x: body(f, x, rate), flat, xs))
-    return scan.lower(jnp.zeros(161), xs, rate)
+    idx, rate = jnp.zeros((STEPS, B), jnp.int32), jnp.asarray(1e-4)
+    scan = jax.jit(lambda c, idx, rate: jax.lax.scan(lambda c, i: body(c, i, rate), c, idx))
+    return scan.lower((jnp.zeros(161), jax.random.PRNGKey(0)), idx, rate)
 
 
 def gates(lowered) -> int:

@@ -136,7 +136,7 @@ def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
     batches: Callable[[int], Any], name: str, rates: Rates | None = None,
     progress: bool = False, chain_ids: list[int] | None = None, vectorize: bool = True,
-    trace: bool = False,
+    trace: bool = False, first_step: int = 0,
 ) -> RunResult:  # fmt: skip
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
@@ -145,7 +145,8 @@ def run_chains(
     the steps' rates (:class:`Rates`; None: the transition takes none); ``chain_ids`` the chains' numbers (their seeds;
     default 0, 1, ...); ``vectorize=False`` runs them one after another even where the backend
     could vectorise them; ``trace``: every step's infos come back (``step_infos``), not only
-    the kept steps' (VI's losses, the step-size pilot's potentials)."""
+    the kept steps' (VI's losses, the step-size pilot's potentials); ``first_step``: the step
+    counter's start (the rates' schedule reads it: a run continued in parts)."""
     chains = list(range(len(positions))) if chain_ids is None else list(chain_ids)
     vectorised = vectorize and backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
@@ -156,7 +157,8 @@ def run_chains(
         for group in groups:
             rows = np.stack([positions[chains.index(c)] for c in group])
             part = _run_group(backend, transition, runner, rows, group, seed, plan, data,
-                              [batches(c) for c in group], rates, vectorised, bar, trace)  # fmt: skip
+                              [batches(c) for c in group], rates, vectorised, bar, trace,
+                              first_step)  # fmt: skip
             parts.append(part)
             final, failure = part.final_state, part.failure
             if failure is not None:
@@ -171,7 +173,7 @@ def _runner(be, transition: Transition, vectorised: bool, unit):
     runners = _RUNNERS.setdefault(transition.step, {})
     if (be, vectorised, unit) not in runners:
         runners[be, vectorised, unit] = be.compile_loop(
-            _loop_step(be, transition, vectorised, unit), lambda carry: transition.emit(carry[0])
+            _loop_step(be, transition, vectorised, unit), transition.emit
         )
     return runners[be, vectorised, unit]
 
@@ -189,7 +191,7 @@ class _Part:
 
 
 def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, rates,
-               vectorised, bar, trace) -> _Part:  # fmt: skip
+               vectorised, bar, trace, first_step) -> _Part:  # fmt: skip
     with be.scope(), be.activate():
         keys = [be.random.split(be.random.key(chain_seed(seed, c))) for c in group]
         states = [
@@ -197,8 +199,10 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         ]
         state = be.tree_map(lambda *a: be.math.stack(list(a)), *states) if vectorised else states[0]
         chain_keys = [k[1] for k in keys]
-        # What every step reads unchanged: the data and the rates' scale.
-        inputs = (data, be.asarray(1.0 if rates is None else rates.scale))
+        # What every step reads unchanged: the data, the rates' scale, the chains' keys.
+        scale = be.asarray(1.0 if rates is None else rates.scale)
+        chain_keys = be.math.stack(chain_keys) if vectorised else chain_keys[0]
+        inputs = (data, scale, chain_keys)
     rows, kept_infos, step_infos = [], [], []
     failure = None
     for start in range(0, plan.num_steps, plan.chunk):
@@ -206,13 +210,15 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         keep = plan.keep[start : start + steps]
         try:
             with be.scope(), be.activate():
-                xs = _inputs(be, plan.chunk, start, steps, batches, chain_keys, vectorised)
-                carry = (state, be.asarray(start, dtype="int"))
-                result = runner(carry, xs, inputs, keep, plan.rows, trace)
+                xs = _inputs(be, plan.chunk, steps, batches, vectorised)
+                padded = np.zeros(plan.chunk, bool)
+                padded[:steps] = keep
+                result = runner(state, xs, inputs, padded, steps, first_step + start, plan.rows,
+                                trace)  # fmt: skip
         except KeyboardInterrupt:
             failure = Failure(start, group[:1], "interrupted")
             break
-        state = result.state[0]
+        state = result.state
         if result.rows is not None:
             rows.append(result.rows)
             if trace:
@@ -291,34 +297,31 @@ def _failed_chains(info: dict | None, vectorised: bool) -> list[int]:
 
 
 def _loop_step(be, transition: Transition, vectorised: bool, unit):
-    """The loop's step: the transition (vmapped over the chains) on a carry of (state, step
-    counter t), with the rate scale × unit(t)."""
+    """The loop's step t: the transition (vmapped over the chains), each chain's key folded
+    with t, the rate scale × unit(t)."""
 
-    def one(state, key, idx, rate, data):
+    def one(state, chain_key, idx, rate, data, t):
+        key = be.random.fold_in(chain_key, t)
         return transition.step(key, state, Batch(data, idx), rate)
 
-    def step(carry, x, inputs):
+    def step(state, x, inputs, t):
         with be.activate():
-            (state, t), (data, scale) = carry, inputs
+            data, scale, chain_keys = inputs
             rate = scale if unit is None else scale * unit(t)
             idx = x.get("idx")
             if vectorised:
-                axes = (0, 0, None if idx is None else 0, None, None)
-                new, info = be.vmap(one, in_axes=axes)(state, x["key"], idx, rate, data)
-            else:
-                new, info = one(state, x["key"], idx, rate, data)
-            return (new, t + 1), info
+                axes = (0, 0, None if idx is None else 0, None, None, None)
+                return be.vmap(one, in_axes=axes)(state, chain_keys, idx, rate, data, t)
+            return one(state, chain_keys, idx, rate, data, t)
 
     return step
 
 
-def _inputs(be, length: int, start: int, steps: int, batches, chain_keys, vectorised):
-    """A chunk's per-step inputs, padded to the compiled ``length``: every step's key (made in
-    one call per chain before the chunk runs: a split inside the loop body costs more than a toy
-    step's own work; step t's key depends only on its chain's key and t, not on the chunking)
-    and the minibatch indices."""
-    per_chain = [be.random.step_keys(key, start, length) for key in chain_keys]
-    xs = {"key": be.math.stack(per_chain, axis=1) if vectorised else per_chain[0]}
+def _inputs(be, length: int, steps: int, batches, vectorised: bool) -> dict:
+    """A chunk's per-step inputs, padded to the compiled ``length``: the minibatch indices
+    (nothing for full-batch steps; a step's key is its chain's key folded with the step's
+    number, in the step)."""
+    xs = {}
     if batches[0] is not None:
         blocks = [b.next_block(steps) for b in batches]  # (steps, B) per chain
         idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)

@@ -36,9 +36,9 @@ from ..errors import ConfigError, InferenceError
 from ..guides.base import FittedGuide, ParamLayout
 from ..layout import ModelDensity
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
-from ..optim import OptimizerConfig
+from ..optim import OptimizerConfig, unit_schedule
 from .common import Setup, build_posterior
-from .driver import RunPlan, plan_run, progress_bar, run_chains
+from .driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from .minibatch import EpochBatches
 from .setup import minibatch_plate
 from .vi_guides import build_guide, guide_init
@@ -207,6 +207,10 @@ class VIRun:
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
             self.transition = self._transition(be.optimizer(opt_config))
+        #: The steps' learning rates: lr x the plateau's factor (``set_lr_scale``) x the
+        #: schedule's shape at the run's step counter, evaluated in the compiled step.
+        self.lr, self.lr_scale, self._unit = opt_config.lr, 1.0, unit_schedule(opt_config)
+        self.steps_done = 0
         self.state, self._calls = None, 0
         self._batches = (
             EpochBatches(self.minibatch[1], self.batch_size, seed) if self.minibatch else None
@@ -226,7 +230,6 @@ class VIRun:
 
         example_idx = be.asarray(np.zeros(self.batch_size), "int") if self.minibatch else None
         with be.scope(), be.activate():
-            one = be.asarray(1.0)
             params0 = {k: be.asarray(v) for k, v in self._initial.items()}
             example = (params0, noise(be.random.key(0)), Batch(self.density.data, example_idx))
             value_and_grad = be.value_and_grad(self.loss)
@@ -235,22 +238,14 @@ class VIRun:
 
         def init(key, position, data):
             params = {k: be.asarray(v) for k, v in self._initial.items()}
-            return {"params": params, "optimizer": optimizer.init(params), "lr_scale": one}
+            return {"params": params, "optimizer": optimizer.init(params)}
 
-        def step(key, state, batch, rate):
+        def step(key, state, batch, lr):
             loss, grads = value_and_grad(state["params"], noise(key), batch)
             grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
             ok = m.isfinite(loss) & m.isfinite(grad_norm)
-            # The lr's factor is an input of the compiled loop (set between segments by
-            # set_lr_scale), so a plateau's cut does not compile it again.
-            lr_scale = state["lr_scale"]
-            params, opt_state = optimizer.update(
-                grads, state["optimizer"], state["params"], ok, lr_scale
-            )
-            return {"params": params, "optimizer": opt_state, "lr_scale": lr_scale}, {
-                "loss": loss,
-                "grad_norm": grad_norm,
-            }
+            params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok, lr)
+            return {"params": params, "optimizer": opt_state}, {"loss": loss, "grad_norm": grad_norm}
 
         return Transition(init, step, lambda state: {})
 
@@ -311,31 +306,32 @@ class VIRun:
         if self.state is not None:  # go on from where the last call stopped
             state = self.state
             transition = Transition(lambda *args: state, transition.step, transition.emit)
+        rates = Rates(self.lr * self.lr_scale, self._unit)
         run = run_chains(
             be, transition, np.zeros((1, 1)), self.seed + self._calls, plan, self.density.data,
-            lambda chain: self._batches, "vi", progress=progress, trace=True,
+            lambda chain: self._batches, "vi", rates, progress=progress, trace=True,
+            first_step=self.steps_done,
         )  # fmt: skip
         self._calls += 1
         self.state = run.final_state
         losses = run.step_infos.get("loss", np.zeros((1, 0)))[0].astype(float)
+        self.steps_done += len(losses)
         if run.failure is None:
             return losses, None
         return losses, (run.failure.step, run.failure.reason)
 
     def set_lr_scale(self, scale: float) -> None:
-        """Multiply the optimizer's lr by ``scale`` (relative to the schedule's) from the next
-        step on: a new array in the run's state, the same shape and dtype, so the compiled loop
-        runs on as it is."""
-        be = self.setup.backend
-        if self.state is None:
-            raise InferenceError("set_lr_scale: run steps() first (there is no state to set).")
-        with be.scope(), be.activate():
-            self.state = {**self.state, "lr_scale": be.asarray(float(scale))}
+        """Multiply the learning rate by ``scale`` (relative to the schedule's) from the next
+        step on: the scale of the run's :class:`~ppl_bdl.inference.driver.Rates`, an input of
+        the compiled loop, so nothing compiles again."""
+        self.lr_scale = float(scale)
 
     def _current(self) -> dict:
+        """A host copy of the current parameters (a copy: torch's optimizer updates its
+        tensors in place, and a NumPy view of them would follow)."""
         with self.setup.backend.scope(), self.setup.backend.activate():
             params = self.state["params"] if self.state is not None else self._initial
-            return {k: np.asarray(self.setup.backend.to_numpy(v)) for k, v in params.items()}
+            return {k: np.array(self.setup.backend.to_numpy(v)) for k, v in params.items()}
 
     def fitted_guide(self, params: dict | None = None) -> FittedGuide:
         """The guide at ``params`` (host arrays, e.g. the best ones), else the current ones."""

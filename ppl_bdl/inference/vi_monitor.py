@@ -14,9 +14,9 @@ With a :class:`Plateau` rule (``schedule="plateau"``, VI's default with ``num_st
 also decides when the learning rate is cut: Keras's and PyTorch's ReduceLROnPlateau, on the
 smoothed loss. At constant lr Adam's loss flattens at a noise floor set by the lr (a full-rank
 guide on the shipped BNN regression converged 4 nats above what lr / 3 reaches); a smaller lr
-from there goes on down. The rule is written here once; a backend only scales its optimizer's
-lr by the factor the run carries in its state (:attr:`LossMonitor.lr_scale`), so a cut
-changes an array, not the compiled loop.
+from there goes on down. The rule is written here once; the factor (:attr:`LossMonitor.lr_scale`)
+scales the run's rates (:class:`~ppl_bdl.inference.driver.Rates`), an input of the compiled
+loop, so a cut compiles nothing.
 
 Example
 -------
