@@ -180,6 +180,12 @@ def main() -> None:
         subprocess.run([sys.executable, __file__, "--memory-probe"], check=True)
         return None
     backends = [b for b in args.backends.split(",") if b in bdl.backends.available()]
+    if "pyro" in backends and args.clock == "cpu":
+        import torch
+
+        # One intra-op thread for every contender alike: the CPU clock counts every thread's
+        # time, spinning included, which a second thread on a pinned core would add.
+        torch.set_num_threads(1)
     print(f"ms per step ({args.clock} clock); ours: "
           f"{'whole bdl.fit' if args.whole_fit else 'the fit loop'}")
     sweep(args.sizes.split(","), args.methods.split(","), backends, args.repeats,
