@@ -1,9 +1,8 @@
 """The NumPyro backend's compiled loop over a chunk of steps: one ``jax.jit`` per fit.
 
 The body is the core's step; around it the loop does only what a hand-written ``lax.scan``
-does (a counter, each step's info stored) plus an ``&`` of each step's "info is finite" into a
-flag per chain (per leading entry of each info; read on the host at the chunk's end), and
-``emit(state)`` written at kept steps. The program compiles once per fit (the chunk's
+does (a counter, each step's info stored) plus an ``&`` of each step's "info is finite" into one
+flag, and ``emit(state)`` written at kept steps. The program compiles once per fit (the chunk's
 length, the number of kept rows and the shapes are static; how many steps run is a traced
 count), so warmup, sampling and a shorter last chunk share it. Its shape depends on the device:
 
@@ -29,18 +28,22 @@ Example
 -------
 >>> import jax.numpy as jnp, numpy as np
 >>> from ppl_bdl.backends._jax_loop import compile_loop
->>> def step(state, x, data):
+>>> def step(state, x, data, t):
 ...     new = state + data * x["inc"]
-...     return new, {"value": new}
+...     return new, {"value": new, "t": t}
 >>> run = compile_loop(step, emit=lambda s: s)
 >>> xs = {"inc": jnp.arange(5.0)}
->>> result = run(jnp.asarray(0.0), xs, jnp.asarray(2.0), np.array([0, 1, 0, 1], bool), 3)
+>>> keep = np.array([0, 1, 0, 1, 0], bool)
+>>> result = run(jnp.asarray(0.0), xs, jnp.asarray(2.0), keep, steps=4, first=10, num_rows=3)
 >>> float(result.state), result.rows.tolist(), result.infos["value"].tolist()
 (12.0, [2.0, 12.0], [0.0, 2.0, 6.0, 12.0])
+>>> result.infos["t"].tolist()
+[10, 11, 12, 13]
 """
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import jax
@@ -74,53 +77,57 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
     # One jitted step: tracing it for the shapes of its infos fills jit's cache, so the loop's
     # body reuses that trace.
     step = jax.jit(step)
-    fast = jax.jit(_segment_run(step, emit), static_argnames=("num_rows", "trace"))
+    fast = jax.jit(_segment_run(step, emit), static_argnames=("length", "num_rows", "trace"))
     gated = jax.jit(_gated_run(step, emit), static_argnames=("num_rows",))
     split = {}
     if mesh is not None:
-        shape = _segment_run(step, emit) if on_cpu else _scan_run(step, emit)
-        split = {
-            trace: jax.jit(_per_device(shape, mesh, trace), static_argnames=("num_rows", "specs"))
-            for trace in (False, True)
-        }
+        shape = _per_chain_segments(step, emit) if on_cpu else _scan_run(step, emit)
+        names = ("length", "num_rows", "specs")
+        split = {trace: jax.jit(_per_device(shape, mesh, trace), static_argnames=names)
+                 for trace in (False, True)}  # fmt: skip
 
-    def runner(state, xs, data, keep, num_rows: int, trace: bool = True) -> LoopResult:
+    def runner(state, xs, data, keep, steps: int, first: int, num_rows: int,
+               trace: bool = True) -> LoopResult:  # fmt: skip
         keep = np.asarray(keep, bool)
-        steps, kept = len(keep), int(keep.sum())
+        real = keep[:steps]
+        kept = int(real.sum())
         if kept > num_rows:
             raise ValueError(f"{kept} kept steps in a chunk with room for {num_rows} rows")
-        count = jnp.asarray(steps, jnp.int32)
-        length = jax.tree_util.tree_leaves(xs)[0].shape[0]
-        mask = np.pad(keep, (0, length - steps))
+        mask = keep.copy()
+        mask[steps:] = False
         per_device = bool(split) and _split_chains(state)
         if on_cpu or per_device:
+            # One small array of what changes per chunk: the step count, the first step's
+            # number and (CPU) where each segment ends (the step after each kept one, then
+            # the end).
+            header = np.full(num_rows + 3 if on_cpu else 2, steps, np.int32)
+            header[1] = first
             if on_cpu:
-                ends = np.full(num_rows + 1, steps, np.int32)
-                ends[:kept] = np.flatnonzero(keep) + 1
-                ends = jnp.asarray(ends)
+                header[2 : 2 + kept] = np.flatnonzero(real) + 1
             if per_device:
-                last = ends if on_cpu else jnp.asarray(mask)
-                specs = _specs(xs)
-                out = split[trace](state, xs, data, count, last, num_rows=num_rows, specs=specs)
+                out = split[trace](state, xs, data, header, mask, length=len(keep),
+                                   num_rows=num_rows, specs=(_specs(xs), _specs(data)))  # fmt: skip
             else:
-                out = fast(state, xs, data, count, ends, num_rows=num_rows, trace=trace)
-            if _all(out.ok):
-                out = out._replace(kept=kept, failed_at=-1)
-                if on_cpu:
-                    return _read(out, steps, None if trace else kept)
-                return _only_kept(_read(out, steps), mask, trace)
-        out = gated(state, xs, data, count, jnp.asarray(mask), num_rows=num_rows)
-        return _only_kept(_read(out, steps), mask, trace)
+                out = fast(state, xs, data, header, length=len(keep), num_rows=num_rows,
+                           trace=trace)  # fmt: skip
+            ok, infos, rows = jax.device_get((out.ok, out.infos, out.rows))  # one read back
+            if _all(ok):
+                if not on_cpu and not trace:  # the scan stored every step's infos
+                    infos = {k: np.asarray(v)[mask] for k, v in infos.items()}
+                return _result(out.state, infos, rows, kept, steps if trace else kept)
+        out = gated(state, xs, data, np.asarray([steps, first], np.int32), mask,
+                    num_rows=num_rows)  # fmt: skip
+        failed_at, kept = int(out.failed_at), int(out.kept)
+        infos, rows = jax.device_get((out.infos, out.rows))
+        end = steps if failed_at < 0 else failed_at
+        failed = None if failed_at < 0 else {k: np.asarray(v[failed_at]) for k, v in infos.items()}
+        if not trace:
+            infos = {k: np.asarray(v)[:end][mask[:end]] for k, v in infos.items()}
+        result = _result(out.state, infos, rows, kept, end if trace else kept)
+        return result._replace(failed_at=failed_at, failed_info=failed)
 
     runner.fast, runner.gated, runner.split = fast, gated, split
     return runner
-
-
-def _only_kept(result: LoopResult, mask: np.ndarray, trace: bool) -> LoopResult:
-    """Every step's infos (``trace``), else the kept steps' only."""
-    if trace:
-        return result
-    return result._replace(infos={k: v[mask[: len(v)]] for k, v in result.infos.items()})
 
 
 def _split_chains(state) -> bool:
@@ -132,21 +139,23 @@ def _split_chains(state) -> bool:
 
 def _per_device(shape, mesh, trace: bool):
     """``shape``'s chunk program run by each device on its own chains (``shard_map``): the
-    state and the outputs split along the chain axis (rows and infos: their second axis, after
-    the rows' or steps'), the per-step inputs as placed (keys and indices split along their
-    chain axis), the data and the step counts replicated."""
-    chains, stacked = PartitionSpec(AXIS), PartitionSpec(None, AXIS)
-    out = _Chunk(chains, chains, stacked, stacked, PartitionSpec(), PartitionSpec())
+    state, the finite flags and the outputs split along the chain axis (rows and infos: their
+    second axis, after the rows' or steps'), the per-step inputs and what every step reads as
+    placed (keys, indices and a per-chain rate scale split along their chain axis; the data
+    replicated), the header and the kept mask replicated. ``shape(state, xs, data, header,
+    keep, length, num_rows, trace)``."""
+    chains, stacked, one = PartitionSpec(AXIS), PartitionSpec(None, AXIS), PartitionSpec()
+    out = _Chunk(chains, chains, stacked, stacked, one, one)
 
-    def run(state, xs, data, num_steps, last, num_rows, specs):
-        def body(state, xs, data, num_steps, last):
-            return shape(state, xs, data, num_steps, last, num_rows=num_rows, trace=trace)
+    def run(state, xs, data, header, keep, length, num_rows, specs):
+        def body(state, xs, data, header, keep):
+            return shape(state, xs, data, header, keep, length, num_rows, trace)
 
-        treedef, leaves = specs
-        ins = (chains, jax.tree_util.tree_unflatten(treedef, leaves), PartitionSpec(),
-               PartitionSpec(), PartitionSpec())  # fmt: skip
+        (xs_tree, xs_specs), (data_tree, data_specs) = specs
+        ins = (chains, jax.tree_util.tree_unflatten(xs_tree, xs_specs),
+               jax.tree_util.tree_unflatten(data_tree, data_specs), one, one)  # fmt: skip
         return jax.shard_map(body, mesh=mesh, in_specs=ins, out_specs=out, check_vma=False)(
-            state, xs, data, num_steps, last
+            state, xs, data, header, keep
         )
 
     return run
@@ -160,20 +169,24 @@ def _specs(tree) -> tuple:
     return treedef, specs
 
 
-def _segment_run(step, emit):
+def _segment_run(step, emit, flags=None):
     """The CPU shape: segments of steps, each ending at a kept step (see the module docstring).
-    ``ends[r]`` is the step after the r-th kept one; ``ends[kept:]`` is the chunk's end.
-    ``trace``: every step's info is stored, else the kept steps' only (written with the rows)."""
+    ``header``: the step count, the first step's number, then where each segment ends (the
+    step after the r-th kept one; the chunk's end after the last). ``trace``: every step's info
+    is stored, else the kept steps' only (written with the rows). ``flags``: the finite flag
+    of an info (default one for the step: :func:`_finite`; per chain: :func:`_flags`)."""
+    flags = flags or _finite
 
-    def run(state, xs, data, num_steps, ends, num_rows, trace):
-        infos = _info_buffers(step, state, xs, data, None if trace else num_rows + 1)
+    def run(state, xs, data, header, length, num_rows, trace):
+        num_steps, first, ends = header[0], header[1], header[2:]
+        infos = _info_buffers(step, state, xs, data, length if trace else num_rows + 1)
         last = jax.tree_util.tree_map(lambda a: a[0], infos)
 
         def one(carry):
             state, ok, t, infos, _ = carry
-            new, info = step(state, _at(xs, t), data)
+            new, info = step(state, _at(xs, t), data, first + t)
             infos = _write(infos, t, info) if trace else infos
-            return new, _and(ok, _flags(info)), t + 1, infos, info
+            return new, _and(ok, flags(info)), t + 1, infos, info
 
         def segment(carry):
             state, ok, t, r, rows, infos, last = carry
@@ -186,33 +199,48 @@ def _segment_run(step, emit):
 
         zero = jnp.asarray(0, jnp.int32)
         rows = _row_buffers(emit(state), num_rows)
-        init = (state, _flags(last), zero, zero, rows, infos, last)
-        state, ok, _, _, rows, infos, _ = lax.while_loop(lambda c: c[2] < num_steps, segment, init)
+        init = (state, flags(last), zero, zero, rows, infos, last)
+        state, ok, _, _, rows, infos, _ = lax.while_loop(
+            lambda c: c[2] < num_steps, segment, init
+        )
         return _Chunk(state, ok, rows, infos, None, None)
+
+    return run
+
+
+def _per_chain_segments(step, emit):
+    """The CPU shape with a finite flag per chain, called as the split program calls a shape."""
+    segments = _segment_run(step, emit, _flags)
+
+    def run(state, xs, data, header, keep, length, num_rows, trace):
+        return segments(state, xs, data, header, length, num_rows, trace)
 
     return run
 
 
 def _scan_run(step, emit):
     """The GPU shape of chains split over devices: a scan of the chunk's compiled length, the
-    steps ungated (each chain's finite flag carried, read at the end), the steps past
-    ``num_steps`` not applied; a chunk with a failed step is run again gated."""
+    steps ungated (each chain's finite flag carried, read at the end), the steps past the
+    header's count not applied; a chunk with a failed step is run again gated."""
 
-    def run(state, xs, data, num_steps, keep, num_rows, trace):
+    def run(state, xs, data, header, keep, length, num_rows, trace):
+        num_steps, first = header[0], header[1]
+
         def body(carry, x):
             state, ok, rows, slot, t = carry
-            new, info = step(state, x, data)
+            x, kept = x
+            new, info = step(state, x, data, first + t)
             live = t < num_steps
             state = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, state)
             ok = _and(ok, jax.tree_util.tree_map(lambda f: f | ~live, _flags(info)))
             rows = _write(rows, slot, emit(state))
-            slot = slot + (live & x["keep"]).astype(slot.dtype)
+            slot = slot + (live & kept).astype(slot.dtype)
             return (state, ok, rows, slot, t + 1), info
 
         zero = jnp.asarray(0, jnp.int32)
         ok = _flags(jax.tree_util.tree_map(lambda a: a[0], _info_buffers(step, state, xs, data, 1)))
         init = (state, ok, _row_buffers(emit(state), num_rows), zero, zero)
-        (state, ok, rows, _, _), infos = lax.scan(body, init, dict(xs, keep=keep))
+        (state, ok, rows, _, _), infos = lax.scan(body, init, (xs, keep))
         return _Chunk(state, ok, rows, infos, None, None)
 
     return run
@@ -220,12 +248,16 @@ def _scan_run(step, emit):
 
 def _gated_run(step, emit):
     """The gated shape: a scan of the chunk's compiled length whose updates are kept only while
-    no step has failed; stops changing anything at the first failed step."""
+    no step has failed; stops changing anything at the first failed step. ``header``: the step
+    count and the first step's number."""
 
-    def run(state, xs, data, num_steps, keep, num_rows):
+    def run(state, xs, data, header, keep, num_rows):
+        num_steps, first = header[0], header[1]
+
         def body(carry, x):
             state, rows, slot, failed_at, t = carry
-            new, info = step(state, x, data)
+            x, kept = x
+            new, info = step(state, x, data, first + t)
             live = (failed_at < 0) & (t < num_steps)
             ok = _finite(info)
             failed_at = jnp.where(live & ~ok, t, failed_at)
@@ -234,29 +266,23 @@ def _gated_run(step, emit):
             # Every step writes its row into the next free slot (the buffer has one spare row)
             # and only a kept step advances the slot: no conditional for the host to wait on.
             rows = _write(rows, slot, emit(state))
-            slot = slot + (proceed & x["keep"]).astype(slot.dtype)
+            slot = slot + (proceed & kept).astype(slot.dtype)
             return (state, rows, slot, failed_at, t + 1), info
 
         zero = jnp.asarray(0, jnp.int32)
         init = (state, _row_buffers(emit(state), num_rows), zero, zero - 1, zero)
-        (state, rows, kept, failed_at, _), infos = lax.scan(body, init, dict(xs, keep=keep))
+        (state, rows, kept, failed_at, _), infos = lax.scan(body, init, (xs, keep))
         return _Chunk(state, failed_at < 0, rows, infos, kept, failed_at)
 
     return run
 
 
-def _read(out: _Chunk, steps: int, kept_infos: int | None = None) -> LoopResult:
-    """The chunk's results on the host: rows and infos up to the failed step (if any); infos
-    stored for the kept steps only (``kept_infos`` of them), not per step."""
-    kept, failed_at = int(out.kept), int(out.failed_at)
-    end = steps if failed_at < 0 else failed_at
-    end = end if kept_infos is None else kept_infos
-    infos = jax.tree_util.tree_map(lambda a: np.asarray(a), jax.device_get(out.infos))
-    rows = None
-    if kept:
-        rows = jax.tree_util.tree_map(lambda a: np.asarray(a[:kept]), jax.device_get(out.rows))
-    failed = None if failed_at < 0 else {k: v[failed_at] for k, v in infos.items()}
-    return LoopResult(out.state, {k: v[:end] for k, v in infos.items()}, rows, failed_at, failed)
+def _result(state, infos, rows, kept: int, count: int) -> LoopResult:
+    """A chunk's results on the host: the first ``kept`` rows (None if none), the first
+    ``count`` infos."""
+    infos = {k: np.asarray(v)[:count] for k, v in infos.items()}
+    rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[:kept], rows) if kept else None
+    return LoopResult(state, infos, rows)
 
 
 def _flags(info: dict):
@@ -281,7 +307,7 @@ def _and(flags, more):
 
 def _all(flags) -> bool:
     """Whether every flag is up (read on the host, once per chunk)."""
-    return all(bool(np.all(f)) for f in jax.tree_util.tree_leaves(jax.device_get(flags)))
+    return all(bool(np.all(f)) for f in jax.tree_util.tree_leaves(flags))
 
 
 def _finite(info: dict):
@@ -293,10 +319,9 @@ def _finite(info: dict):
     return ok
 
 
-def _info_buffers(step, state, xs, data, length: int | None = None):
-    """Zeros for ``length`` steps' infos (default: the chunk's compiled length)."""
-    length = length or jax.tree_util.tree_leaves(xs)[0].shape[0]
-    _, info = jax.eval_shape(step, state, _at(xs, 0), data)
+def _info_buffers(step, state, xs, data, length: int):
+    """Zeros for ``length`` steps' infos."""
+    _, info = jax.eval_shape(step, state, _at(xs, 0), data, jnp.asarray(0, jnp.int32))
     return jax.tree_util.tree_map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), info)
 
 
@@ -320,3 +345,35 @@ def _write(buffers, index, value):
         buffers,
         value,
     )
+
+
+# -- what a compiled loop runs per step (a clock-free guard: tests/test_loop_ops.py) -----------
+#: Instructions that run no kernel: parameters, constants, tuples and their elements, bitcasts.
+_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
+
+
+def body_kernels(compiled_hlo: str) -> list[tuple[str, str]]:
+    """The instructions XLA's CPU backend runs per iteration of a compiled program's step loop,
+    as (opcode, result shape): the body of the non-fusion computation that holds the most
+    matrix products (the network's), free instructions left out. ``compiled_hlo`` is
+    ``jax.jit(f).lower(...).compile().as_text()``."""
+    bodies: dict[str, list[tuple[str, str]]] = {}
+    name = None
+    for line in compiled_hlo.splitlines():
+        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if header:
+            name = header.group(1)
+            bodies[name] = []
+        elif name is not None and (op := re.search(r"=\s*(\S+)\s+([\w\-]+)\(", line)):
+            bodies[name].append((op.group(2), op.group(1)))
+    loops = {k: v for k, v in bodies.items() if "fus" not in k and not k.startswith("wrapped")}
+    body = max(loops.values(), key=lambda ops: (sum(o == "dot" for o, _ in ops), len(ops)))
+    return [(op, shape) for op, shape in body if op not in _FREE]
+
+
+def float_gates(lowered_text: str) -> int:
+    """Selects over floating-point arrays and conditionals in a lowered program
+    (``jax.jit(f).lower(...).as_text()``): a per-step gate on the state is such a select."""
+    selects = re.findall(r"stablehlo\.select[^\n]*", lowered_text)
+    floats = sum(bool(re.search(r"tensor<\d[\dx]*xf\d+>", s.rsplit(",", 1)[-1])) for s in selects)
+    return floats + len(re.findall(r"stablehlo\.(case|if)\b", lowered_text))

@@ -11,9 +11,13 @@ array a kept step keeps. :func:`run_chains` runs it:
   them and the method allows it, else one after another; chain c has its own key and its own
   minibatch order, so a chain's draws do not depend on how many chains run beside it;
 - with the data on the fit's device, passed to every step; only minibatch indices (one shuffle
-  per epoch, :class:`~ppl_bdl.inference.minibatch.EpochBatches`) and the step's rate (a
-  schedule evaluated ahead on the host) cross from the host per chunk, and only the kept
-  steps' draws come back;
+  per epoch, :class:`~ppl_bdl.inference.minibatch.EpochBatches`) cross from the host per chunk,
+  and only the kept steps' draws come back;
+- with each step's rate (an SG-MCMC step size, a learning rate) from :class:`Rates`: its
+  scale a runtime input (a step-size pilot and the run it sets up, or a learning rate cut on a
+  plateau, share one compiled program) times its schedule evaluated in the step at the step
+  counter the loop carries (a per-step rate read from an input array cost XLA's CPU runtime
+  more than a toy step's own work: docs/benchmarks.md);
 - stopping at the first step whose ``info`` holds a non-finite number (the potential, a
   gradient norm, the loss), with that step and chain and the state before it (the backend's
   loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before;
@@ -31,14 +35,15 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError
+from .spread import chain_padding, check_spread, group_scale
 
-__all__ = ["Batch", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
+__all__ = ["Batch", "Rates", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
 
 #: Steps per compiled chunk at most (the host reads results and shows progress per chunk).
 MAX_CHUNK = 1000
@@ -48,6 +53,21 @@ MAX_ROW_FLOATS = 64_000_000
 #: Compiled runners by transition step (then backend and vectorisation): runs that share a step
 #: function (a step-size pilot and the run it sets up) share one compiled program.
 _RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Rates(NamedTuple):
+    """Every step's rate: ``scale`` × ``unit(t)`` at step t of the run (``unit`` written with
+    :mod:`ppl_bdl.math`, evaluated in the compiled step; None: the constant 1, no work per
+    step). ``scale`` is a runtime input: changing it compiles nothing.
+
+    Example
+    -------
+    >>> Rates(1e-3).scale, Rates(1e-3).unit is None
+    (0.001, True)
+    """
+
+    scale: float
+    unit: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -131,35 +151,38 @@ def chain_seed(seed: int, chain: int) -> int:
 
 def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
-    batches: Callable[[int], Any], name: str, rates: np.ndarray | None = None,
+    batches: Callable[[int], Any], name: str, rates: Rates | None = None,
     progress: bool = False, chain_ids: list[int] | None = None, vectorize: bool = True,
-    trace: bool = False, resume: list | None = None,
+    trace: bool = False, first_step: int = 0, resume: list | None = None,
 ) -> RunResult:  # fmt: skip
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
     ``batches(chain)`` gives a chain's minibatch indices (an
     :class:`~ppl_bdl.inference.minibatch.EpochBatches`, or None for the full batch); ``rates``
-    the rate of every step (None: no schedule); ``chain_ids`` the chains' numbers (their seeds;
+    the steps' rates (:class:`Rates`; None: the transition takes none); ``chain_ids`` the chains' numbers (their seeds;
     default 0, 1, ...); ``vectorize=False`` runs them one after another even where the backend
     could vectorise them; ``trace``: every step's infos come back (``step_infos``), not only
-    the kept steps' (VI's losses, the step-size pilot's potentials); ``resume``: the
-    ``states`` of an earlier run of the same chains, to go on from (instead of ``init``)."""
+    the kept steps' (VI's losses, the step-size pilot's potentials); ``first_step``: the step
+    counter's start (the rates' schedule reads it: a run continued in parts); ``resume``:
+    the ``states`` of an earlier run of the same chains, to go on from (instead of
+    ``init``)."""
     chains = list(range(len(positions))) if chain_ids is None else list(chain_ids)
     vectorised = vectorize and backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
     made = {c: batches(c) for c in chains}
-    _check_spread(backend, vectorised, made[chains[0]], name)
-    pad = (-len(chains)) % backend.device_count if backend.shard_mode == "chains" else 0
+    check_spread(backend, vectorised, made[chains[0]], name)
+    pad = chain_padding(backend, len(chains)) if vectorised else 0
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
-    runner = _runner(backend, transition, vectorised)
+    runner = _runner(backend, transition, vectorised, None if rates is None else rates.unit)
     parts, failure, states = [], None, []
     try:
         for g, group in enumerate(groups):
             rows = np.stack([positions[chains.index(c)] for c in group])
             start = None if resume is None else resume[g]
+            scale = 1.0 if rates is None else group_scale(rates.scale, chains, group, pad)
             part = _run_group(backend, transition, runner, rows, group, seed, plan, data,
-                              [made[c] for c in group], rates, vectorised, bar, trace,
-                              pad if vectorised else 0, start)  # fmt: skip
+                              [made[c] for c in group], scale, vectorised, bar, trace,
+                              first_step, pad, start)  # fmt: skip
             parts.append(part)
             failure = part.failure
             states.append(part.final_state)
@@ -173,39 +196,13 @@ def run_chains(
     return result
 
 
-def _check_spread(be, vectorised: bool, batch, name: str) -> None:
-    """A run that several devices cannot split is refused, saying what would be split."""
-    count = be.device_count
-    if count == 1:
-        return
-    if be.shard_mode == "chains" and not vectorised:
-        raise ConfigError(
-            f"{name}: device={be.device!r} splits chains over {count} devices, but this run has "
-            "one chain at a time (num_chains=1, or chain_method='sequential'). Run several "
-            f"chains side by side (num_chains >= 2; NUTS/HMC: chain_method='vectorized'), split "
-            "each step's minibatch with shard='data', or use one device."
-        )
-    if be.shard_mode == "data" and batch is None:
-        raise ConfigError(
-            f"{name}: shard='data' splits each step's minibatch over {count} devices, but this "
-            "run steps on the full data (no batch_size). Give batch_size=... (SG-MCMC, VI), or "
-            "split chains instead (shard='chains', the default)."
-        )
-    if be.shard_mode == "data" and batch.batch_size % count:
-        raise ConfigError(
-            f"{name}: shard='data' splits each minibatch over {count} devices; batch_size="
-            f"{batch.batch_size} is not a multiple of {count}. Use batch_size="
-            f"{max(count, batch.batch_size // count * count)} (a multiple of {count})."
-        )
-
-
-def _runner(be, transition: Transition, vectorised: bool):
+def _runner(be, transition: Transition, vectorised: bool, unit):
     runners = _RUNNERS.setdefault(transition.step, {})
-    if (be, vectorised) not in runners:
-        runners[be, vectorised] = be.compile_loop(
-            _loop_step(be, transition, vectorised), transition.emit
+    if (be, vectorised, unit) not in runners:
+        runners[be, vectorised, unit] = be.compile_loop(
+            _loop_step(be, transition, vectorised, unit), transition.emit
         )
-    return runners[be, vectorised]
+    return runners[be, vectorised, unit]
 
 
 @dataclass
@@ -220,8 +217,8 @@ class _Part:
     failure: Failure | None
 
 
-def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, rates,
-               vectorised, bar, trace, pad=0, state=None) -> _Part:  # fmt: skip
+def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, scale,
+               vectorised, bar, trace, first_step, pad=0, state=None) -> _Part:  # fmt: skip
     """One group's chunks; ``pad`` copies of its last chain make the group a multiple of the
     devices its chains are split over (their results are dropped); ``state``: go on from it."""
     with be.scope(), be.activate():
@@ -236,7 +233,12 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
                 state = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
         state = be.place(state, chain_axis=0 if vectorised else None)
         chain_keys = [k[1] for k in keys]
-        data = be.place(data)  # init ran on the first device; the loop reads it everywhere
+        # What every step reads unchanged: the data (init ran on the first device; the loop
+        # reads it everywhere), the rates' scale, the chains' keys.
+        scale = be.place(be.asarray(scale), chain_axis=0 if np.ndim(scale) else None)
+        chain_keys = be.math.stack(chain_keys) if vectorised else chain_keys[0]
+        inputs = (be.place(data), scale,
+                  be.place(chain_keys, chain_axis=0 if vectorised else None))  # fmt: skip
     rows, kept_infos, step_infos = [], [], []
     failure = None
     for start in range(0, plan.num_steps, plan.chunk):
@@ -244,9 +246,11 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         keep = plan.keep[start : start + steps]
         try:
             with be.scope(), be.activate():
-                xs = _inputs(be, plan.chunk, start, steps, batches, chain_keys, rates, vectorised,
-                             pad)  # fmt: skip
-                result = runner(state, xs, data, keep, plan.rows, trace)
+                xs = _inputs(be, plan.chunk, steps, batches, vectorised, pad)
+                padded = np.zeros(plan.chunk, bool)
+                padded[:steps] = keep
+                result = runner(state, xs, inputs, padded, steps, first_step + start, plan.rows,
+                                trace)  # fmt: skip
         except KeyboardInterrupt:
             failure = Failure(start, group[:1], "interrupted")
             break
@@ -329,41 +333,43 @@ def _failed_chains(info: dict | None, vectorised: bool) -> list[int]:
     return [] if bad is None else [int(i) for i in np.flatnonzero(bad)]
 
 
-def _loop_step(be, transition: Transition, vectorised: bool):
-    def one(state, key, idx, rate, data):
+def _loop_step(be, transition: Transition, vectorised: bool, unit):
+    """The loop's step t: the transition (vmapped over the chains), each chain's key folded
+    with t, the rate scale × unit(t)."""
+
+    def one(state, chain_key, idx, rate, data, t):
+        key = be.random.fold_in(chain_key, t)
         return transition.step(key, state, Batch(data, idx), rate)
 
-    def step(state, x, data):
+    def step(state, x, inputs, t):
         with be.activate():
-            idx, rate = x.get("idx"), x.get("rate")
+            data, scale, chain_keys = inputs
+            rate = scale if unit is None else scale * unit(t)
+            idx = x.get("idx")
             if vectorised:
-                axes = (0, 0, None if idx is None else 0, None, None)
-                return be.vmap(one, in_axes=axes)(state, x["key"], idx, rate, data)
-            return one(state, x["key"], idx, rate, data)
+                # A rate per chain (VI's fits, each cut on its own plateau) or one for all.
+                per_chain = 0 if len(rate.shape) else None
+                axes = (0, 0, None if idx is None else 0, per_chain, None, None)
+                return be.vmap(one, in_axes=axes)(state, chain_keys, idx, rate, data, t)
+            return one(state, chain_keys, idx, rate, data, t)
 
     return step
 
 
-def _inputs(be, length: int, start: int, steps: int, batches, chain_keys, rates, vectorised,
-            pad: int = 0):  # fmt: skip
-    """A chunk's per-step inputs, padded to the compiled ``length``: every step's key (made in
-    one call per chain before the chunk runs: a split inside the loop body costs more than a toy
-    step's own work; step t's key depends only on its chain's key and t, not on the chunking),
-    the minibatch indices and the rate, placed on the fit's devices (the ``pad`` chains past
-    ``batches`` read the last chain's indices)."""
-    per_chain = [be.random.step_keys(key, start, length) for key in chain_keys]
-    chain_axis = 1 if vectorised else None
-    keys = be.math.stack(per_chain, axis=1) if vectorised else per_chain[0]
-    xs = {"key": be.place(keys, chain_axis=chain_axis)}
+def _inputs(be, length: int, steps: int, batches, vectorised: bool, pad: int = 0) -> dict:
+    """A chunk's per-step inputs, padded to the compiled ``length``: the minibatch indices
+    (nothing for full-batch steps; a step's key is its chain's key folded with the step's
+    number, in the step), placed on the fit's devices (the ``pad`` chains past ``batches``
+    read the last chain's indices)."""
+    xs = {}
     if batches[0] is not None:
         blocks = [b.next_block(steps) for b in batches]  # (steps, B) per chain
         blocks += blocks[-1:] * pad
         idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
         idx[:steps] = np.stack(blocks, axis=1)
         idx = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
-        xs["idx"] = be.place(idx, chain_axis=chain_axis, batch_axis=2 if vectorised else 1)
-    if rates is not None:
-        xs["rate"] = be.place(be.asarray(np.pad(rates[start : start + steps], (0, length - steps))))
+        xs["idx"] = be.place(idx, chain_axis=1 if vectorised else None,
+                             batch_axis=2 if vectorised else 1)  # fmt: skip
     return xs
 
 

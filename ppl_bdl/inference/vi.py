@@ -36,13 +36,15 @@ from ..errors import ConfigError, InferenceError
 from ..guides.base import FittedGuide, ParamLayout
 from ..layout import ModelDensity
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
-from ..optim import OptimizerConfig
+from ..optim import OptimizerConfig, unit_schedule
 from .common import Setup, build_posterior
-from .driver import RunPlan, chain_seed, plan_run, progress_bar, run_chains
+from .driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from .minibatch import EpochBatches
 from .setup import minibatch_plate
+from .vi_fits import check_fits, fit_seed
+from .vi_fits import each as _each
 from .vi_guides import build_guide, guide_init
-from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, segment_length
+from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, Plateau, segment_length
 
 #: The learning rate of a guide by default (others: 0.01): a flow's coupling networks diverged
 #: at 0.01 on the shipped sine BNN (the loss went 185 -> 76,000 and sigma to 2.9 on NumPyro).
@@ -57,6 +59,11 @@ DEFAULT_PARTICLES = {"flow": 8}
 RUN_OPTIONS = {
     "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
     "lr", "momentum", "schedule", "decay", "clip_norm", "init_loc", "chunk_size",
+    "plateau_factor", "plateau_patience", "plateau_cuts",
+}  # fmt: skip
+#: The reduce-on-plateau rule's options (``schedule="plateau"`` only) and their Plateau fields.
+PLATEAU_OPTIONS = {
+    "plateau_factor": "factor", "plateau_patience": "patience", "plateau_cuts": "max_cuts"
 }  # fmt: skip
 
 
@@ -82,8 +89,11 @@ def run_vi(
     "analytic", "mc"), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
     the loss has converged, at least 2,000 and at most 50,000 steps; see
     :mod:`~ppl_bdl.inference.vi_monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
-    (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("constant",
-    "exponential", "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
+    (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("plateau", the
+    default with ``num_steps=None``: the lr cut by ``plateau_factor`` (0.5) after
+    ``plateau_patience`` (3) flat segments, at most ``plateau_cuts`` (3) times, the steps in
+    ``settings["lr_cuts"]``; "constant", the default with ``num_steps``; "exponential",
+    "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
     coordinate-wise median of 20 prior draws, robust and not exactly symmetric, so BNN units
     start apart; "prior": one prior draw; a dict of site values; a flat array),
     ``chunk_size`` (steps per compiled call), and the guide's own settings (``rank``, ``blocks``,
@@ -94,7 +104,9 @@ def run_vi(
     one = run.num_chains == 1  # one fit: scalars and one guide, as before num_chains
     setup.settings.update(
         num_steps=None if run.auto else run.num_steps, steps_run=losses.shape[-1],
-        best_step=_each([m.best_step for m in monitors], one), stopped_at=_each(run.stopped, one),
+        best_step=_each([m.best_step for m in monitors], one), schedule=run.schedule,
+        lr_cuts=_each([list(m.cuts) for m in monitors], one) if run.plateau else None,
+        stopped_at=_each(run.stopped, one),
         stop_reason=_each(["diverging" if s else None for s in run.stopped], one),
     )  # fmt: skip
     post = None
@@ -136,18 +148,6 @@ def run_vi(
     )
 
 
-def fit_seed(seed: int, fit: int) -> int:
-    """The seed of fit ``fit`` of ``num_chains`` (its start, minibatch order and draws): the
-    fit's own seed for the first (one fit is what it was before ``num_chains``), a chain's
-    seed for the others."""
-    return seed if fit == 0 else chain_seed(seed, fit)
-
-
-def _each(values: list, one: bool):
-    """One fit's value itself; a list over several fits."""
-    return values[0] if one else values
-
-
 class VIRun:
     """A VI problem set up once: guide, objective, optimizer and transition.
 
@@ -177,13 +177,26 @@ class VIRun:
             run_opts.get("num_particles", DEFAULT_PARTICLES.get(name, 1)),
             run_opts.get("kl", "auto"),
         )  # fmt: skip
+        # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
+        # is then left behind); a run of num_steps keeps a constant lr unless asked.
+        schedule = run_opts.get("schedule", "plateau" if self.auto else "constant")
         opt_config = OptimizerConfig.build(
             optimizer=run_opts.get("optimizer", "adam"),
             lr=run_opts.get("lr", DEFAULT_LR.get(name, 1e-2)),
-            momentum=run_opts.get("momentum", 0.0), schedule=run_opts.get("schedule", "constant"),
+            momentum=run_opts.get("momentum", 0.0), schedule=schedule,
             decay=run_opts.get("decay", 0.1), clip_norm=run_opts.get("clip_norm"),
             num_steps=num_steps,
         )  # fmt: skip
+        plateau = {v: run_opts[k] for k, v in PLATEAU_OPTIONS.items() if k in run_opts}
+        if plateau and schedule != "plateau":
+            given = ", ".join(k for k in PLATEAU_OPTIONS if k in run_opts)
+            raise ConfigError(
+                f"option(s) {given}: apply to schedule='plateau' only, got schedule={schedule!r}. "
+                "Pass schedule='plateau' (the default with num_steps=None), or leave them out."
+            )
+        #: The reduce-on-plateau rule (None for another schedule), and the lr's cuts so far.
+        self.plateau = Plateau.build(**plateau) if schedule == "plateau" else None
+        self.schedule, self.lr_cuts = schedule, []
         self.chunk_size = run_opts.get("chunk_size")
         self.batch_size = run_opts.get("batch_size")
         self.minibatch = minibatch_plate(setup, self.batch_size)
@@ -212,7 +225,7 @@ class VIRun:
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
             self.transition = self._transition(be.optimizer(opt_config))
-        self.num_chains = _check_fits(num_chains, self.model_params)
+        self.num_chains = check_fits(num_chains, self.model_params)
         # Fit c > 0 is set up at its own seed; only its start is kept (the step is shared).
         starts = [self._initial] + [
             VIRun(setup, fit_seed(seed, c), **options)._initial for c in range(1, num_chains)
@@ -225,6 +238,10 @@ class VIRun:
             if self.minibatch else None
             for c in range(num_chains)
         ]  # fmt: skip
+        #: The steps' learning rates: lr x each fit's plateau factor (``set_lr_scale``) x the
+        #: schedule's shape at the run's step counter, evaluated in the compiled step.
+        self.lr, self._unit = opt_config.lr, unit_schedule(opt_config)
+        self.lr_scale, self.steps_done = [1.0] * num_chains, 0
 
     def _potential(self, theta, data, indices, params):
         return self.density.potential(theta, data, indices, params)
@@ -251,15 +268,12 @@ class VIRun:
             params = {k: be.asarray(values[k]) for k in self._initial}
             return {"params": params, "optimizer": optimizer.init(params)}
 
-        def step(key, state, batch, rate):
+        def step(key, state, batch, lr):
             loss, grads = value_and_grad(state["params"], noise(key), batch)
             grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
             ok = m.isfinite(loss) & m.isfinite(grad_norm)
-            params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok)
-            return {"params": params, "optimizer": opt_state}, {
-                "loss": loss,
-                "grad_norm": grad_norm,
-            }
+            params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok, lr)
+            return {"params": params, "optimizer": opt_state}, {"loss": loss, "grad_norm": grad_norm}
 
         return Transition(init, step, lambda state: {})
 
@@ -267,15 +281,18 @@ class VIRun:
         """Run ``num_steps`` steps in segments, each fit watched by its own
         :class:`~ppl_bdl.inference.vi_monitor.LossMonitor`: a fit whose loss diverges stops
         being watched (``self.stopped[c]``; the run stops when every fit has, at
-        ``self.stopped_at``), and each keeps its parameters at its best smoothed loss.
+        ``self.stopped_at``), each keeps its parameters at its best smoothed loss, and with
+        ``schedule="plateau"`` each fit's lr is cut where its loss flattens (the monitor's
+        ``cuts``: the steps; until converged, the run ends once every fit is flat after its
+        last cut).
 
         Returns the losses of every step run ((fit, step) for several fits), None or
         ``(step, reason)`` as :meth:`steps` does, and the monitors (``best_step``,
         ``best_params``), one per fit."""
         segment = segment_length(self.num_steps, self.chunk_size)
-        monitors = [LossMonitor() for _ in range(self.num_chains)]
+        monitors = [LossMonitor(self.plateau) for _ in range(self.num_chains)]
         parts, failure, done = [], None, 0
-        self.stopped_at = None
+        self.stopped_at, self.lr_cuts = None, monitors[0].cuts
         bar = progress_bar(self.num_steps, "vi") if progress else None
         try:
             while done < self.num_steps and failure is None:
@@ -293,8 +310,11 @@ class VIRun:
                     bar.update(losses.shape[1])
                 watched = [c for c in range(self.num_chains) if self.stopped[c] is None]
                 for c in watched if failure is None else []:
-                    if monitors[c].update(done, losses[c], lambda c=c: self._current(c)):
+                    verdict = monitors[c].update(done, losses[c], lambda c=c: self._current(c))
+                    if verdict == "diverging":
                         self.stopped[c] = done
+                    elif verdict == "lr_cut":
+                        self.set_lr_scale(monitors[c].lr_scale, fit=c)
                 if all(s is not None for s in self.stopped):
                     self.stopped_at = done
                     break
@@ -320,27 +340,37 @@ class VIRun:
             plan = RunPlan(np.zeros(num_steps, bool), chunk, 0)
         else:
             plan = plan_run(np.zeros(num_steps, bool), 1, 0, self.chunk_size, progress)
+        scale = self.lr * np.asarray(self.lr_scale)  # one per fit
+        rates = Rates(scale if self.num_chains > 1 else float(scale[0]), self._unit)
         run = run_chains(
             be, self.transition, self.starts, self.seed + self._calls, plan, self.density.data,
-            self._batches.__getitem__, "vi", progress=progress, trace=True, resume=self.states,
+            self._batches.__getitem__, "vi", rates, progress=progress, trace=True,
+            first_step=self.steps_done, resume=self.states,
         )  # fmt: skip
         self._calls += 1
         self.states, self._run = run.states, run
         losses = run.step_infos.get("loss", np.zeros((self.num_chains, 0))).astype(float)
+        self.steps_done += losses.shape[-1]
         losses = losses[0] if self.num_chains == 1 else losses
         if run.failure is None:
             return losses, None
         return losses, (run.failure.step, run.failure.reason)
 
+    def set_lr_scale(self, scale: float, fit: int = 0) -> None:
+        """Multiply fit ``fit``'s learning rate by ``scale`` (relative to the schedule's) from
+        the next step on: the scale of the run's :class:`~ppl_bdl.inference.driver.Rates`, an
+        input of the compiled loop, so nothing compiles again."""
+        self.lr_scale[fit] = float(scale)
+
     def _current(self, chain: int = 0) -> dict:
-        """Fit ``chain``'s parameters now (host arrays)."""
+        """A host copy of fit ``chain``'s parameters now (a copy: torch's optimizer updates
+        its tensors in place, and a NumPy view of them would follow)."""
         be = self.setup.backend
         with be.scope(), be.activate():
             state = None if self.states is None else self._run.chain_state(be, chain)
             if state is None:  # not run yet (or, on a failure, never reached)
                 return self.param_layout.unpack(self.starts[chain])
-            params = state["params"]
-            return {k: np.asarray(be.to_numpy(v)) for k, v in params.items()}
+            return {k: np.array(be.to_numpy(v)) for k, v in state["params"].items()}
 
     def fitted_guide(self, params: dict | None = None, chain: int = 0) -> FittedGuide:
         """The guide at ``params`` (host arrays, e.g. the best ones), else fit ``chain``'s
@@ -359,20 +389,3 @@ class VIRun:
         params = {k: be.asarray(v) for k, v in current.items()}
         with be.scope(), be.activate():
             return self.model_params.constrained(params, be.math)
-
-
-def _check_fits(num_chains: Any, model_params) -> int:
-    """``num_chains`` independent fits: an int >= 1; one when the model has ``bdl.param`` sites
-    (each fit would have its own point estimates, and a Posterior holds one set)."""
-    if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
-        raise ConfigError(
-            f"num_chains must be an int >= 1 (independent VI fits), got {num_chains!r}."
-        )
-    if num_chains > 1 and model_params is not None:
-        raise ConfigError(
-            f"num_chains={num_chains} with method='vi' on a model with bdl.param sites "
-            f"{sorted(model_params.shapes)}: each fit would find its own point estimates, and a "
-            "Posterior holds one set. Run the fits one at a time (a seed each), or make the "
-            "params latent (bdl.sample with a prior)."
-        )
-    return num_chains
