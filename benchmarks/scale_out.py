@@ -33,6 +33,12 @@ Usage::
     python benchmarks/scale_out.py --size 8-50-1 --devices 1 --repeats 7   # overhead, toy steps
     python benchmarks/scale_out.py --devices 1,2 --per-device 2 --total 4 --repeats 3
     python benchmarks/scale_out.py --platform gpu --devices 1,2,4,8   # on a multi-GPU machine
+    python benchmarks/scale_out.py --torch-data 1,2      # torch: 1 and 2 gloo processes
+
+``--torch-data``: one chain's SGHMC steps on torch with each minibatch split over 1, 2, ...
+``torch.distributed`` gloo processes on the CPU (``shard="data"``, one thread each), against one
+plain process whose step is traced to TorchScript (a data-parallel step runs eagerly: the
+all-reduce cannot be traced). One process in a group of one isolates that eager cost.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import anchors
 import numpy as np
 
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.driver import plan_run, run_chains
+from ppl_bdl.inference.driver import Rates, plan_run, run_chains
 from ppl_bdl.inference.minibatch import EpochBatches
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
@@ -58,9 +64,10 @@ LENGTHS = {"8-50-1": (1_000, 5_000), "784-100-10": (50, 250), "784-200-200-10": 
 KEPT = 5
 
 
-def sghmc_loop(size: anchors.Size, data, device, chains: int):
+def sghmc_loop(size: anchors.Size, data, device, chains: int, backend: str = "numpyro",
+               shard: str | None = None):  # fmt: skip
     """``run(steps)``: our SGHMC loop for ``chains`` chains on ``device`` (set up once)."""
-    setup = prepare(anchors.model(size)(*data), "numpyro", "float32", 0, device=device)
+    setup = prepare(anchors.model(size)(*data), backend, "float32", 0, device=device, shard=shard)
     plate = minibatch_plate(setup, size.batch)
     starts = np.random.default_rng(0).normal(size=(chains, setup.layout.dim)) * 0.01
     config = SGMCMCConfig.build("sghmc", step_size=size.sgld_step, batch_size=size.batch,
@@ -76,7 +83,7 @@ def sghmc_loop(size: anchors.Size, data, device, chains: int):
         transition, arrays, plan = cache[steps]
         result = run_chains(setup.backend, transition, starts, 1, plan, arrays,
                             lambda c: EpochBatches(plate[1], size.batch, [1, c, 7]), "sghmc",
-                            np.full(steps, size.sgld_step))  # fmt: skip
+                            Rates(size.sgld_step))  # fmt: skip
         assert result.failure is None, result.failure
 
     return run
@@ -126,6 +133,48 @@ def worker(count: int, per_device: int, total: int, repeats: int, platform: str,
     return {f"{k} {c}": chains[k] / s for (k, c), s in seconds.items()}
 
 
+def torch_worker(processes: int, repeats: int, name: str) -> dict:
+    """Measured in each of ``processes`` torch.distributed processes (0: one plain process, the
+    traced step): one chain's steps per second, its minibatch split over the processes."""
+    import torch
+
+    torch.set_num_threads(1)  # one core per process: the work split, not the threads
+    size = anchors.SIZES[name]
+    data = anchors.make_data(size)
+    if processes:  # "cpu:*": the CPU once per process, each step's minibatch split
+        run = sghmc_loop(size, data, "cpu:*", 1, backend="pyro", shard="data")
+    else:
+        run = sghmc_loop(size, data, "cpu", 1, backend="pyro")
+    seconds = per_step({"run": run}, repeats, LENGTHS[name])
+    return {c: 1 / s for (_, c), s in seconds.items()}
+
+
+def torch_data(args) -> None:
+    """Data-parallel steps on torch: one plain process against 1, 2, ... gloo processes."""
+    counts = [int(c) for c in args.torch_data.split(",")]
+    rates = {}
+    for count in [0] + counts:
+        port = 29_500 + os.getpid() % 1000 + count
+        procs = []
+        for rank in range(max(count, 1)):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(max(count, 1)),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+            cmd = [sys.executable, __file__, "--torch-worker", str(count), "--repeats",
+                   str(args.repeats), "--size", args.size]  # fmt: skip
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+        outs = [p.communicate()[0] for p in procs]
+        rates[count] = json.loads(outs[0].strip().splitlines()[-1])
+    print(f"SGHMC on {args.size} (B = {anchors.SIZES[args.size].batch}), pyro, one chain, one "
+          f"thread per process, {os.cpu_count()} cores: steps per second (wall clock; CPU "
+          "clock of rank 0), against one plain process (its step traced to TorchScript)")
+    plain = rates[0]
+    print(f"{'processes':>10} {'wall/s':>8} {'vs plain':>9} {'cpu/s':>8} {'vs plain':>9}")
+    for count, r in sorted(rates.items()):
+        label = "plain" if count == 0 else str(count)
+        print(f"{label:>10} {r['wall']:>8.1f} {r['wall'] / plain['wall']:>9.2f} "
+              f"{r['cpu']:>8.1f} {r['cpu'] / plain['cpu']:>9.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--devices", default="1,2,4", help="device counts, comma-separated")
@@ -134,8 +183,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--platform", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--size", default="784-200-200-10", choices=sorted(LENGTHS))
+    parser.add_argument("--torch-data", default="", help="torch: gloo process counts, e.g. 1,2")
     parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--torch-worker", type=int, default=-1, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.torch_worker >= 0:
+        print(json.dumps(torch_worker(args.torch_worker, args.repeats, args.size)))
+        return
+    if args.torch_data:
+        torch_data(args)
+        return
     if args.worker:
         rates = worker(args.worker, args.per_device, args.total, args.repeats, args.platform,
                        args.size)  # fmt: skip

@@ -86,9 +86,10 @@ def fit(
     device : str or list of str, optional
         Where the data and the computation live: "cpu", "cuda", "cuda:1", ... (None: the
         backend's default device: JAX's default device, or torch's default, the CPU unless
-        changed). The posterior's arrays come back as NumPy. Several devices (NumPyro): a list,
+        changed). The posterior's arrays come back as NumPy. Several devices: a list,
         ``["cuda:0", "cuda:1"]``, or every device of a kind, ``"cuda:*"``; the work is split
-        over them as ``shard`` says, and the draws are those of one device (docs/scale.md).
+        over them as ``shard`` says, and the draws are those of one device (docs/scale.md;
+        Pyro: ``shard="data"`` only, one ``torch.distributed`` process per device).
     shard : "chains" | "data", optional
         What is split over several devices: "chains" (the default: each device runs its share
         of the chains) or "data" (each step's minibatch, for one chain or a few; needs

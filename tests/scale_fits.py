@@ -1,6 +1,8 @@
 """Fits that tests/test_scale.py runs twice: on one device in the test process, and on JAX's
 virtual CPU devices in a subprocess (``python tests/scale_fits.py OUT DEVICE SHARD NAME...``,
-with ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before JAX starts). Each fit's
+with ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before JAX starts), or on torch
+in each of the gloo processes of a data-parallel fit (``python tests/scale_fits.py --torch OUT
+NAME...`` with torch.distributed's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set). Each fit's
 draws of ``w`` (chain, draw, 2) are saved to ``OUT`` (NumPy's npz), with the VI losses; a fit
 that fails saves its error's message and the draws it kept instead."""
 
@@ -56,7 +58,7 @@ FITS = {
 }
 
 
-def run(names, device=None, shard=None) -> dict[str, np.ndarray]:
+def run(names, device=None, shard=None, backend="numpyro") -> dict[str, np.ndarray]:
     """The fits ``names`` on ``device`` (split as ``shard`` says): draws, losses or the error."""
     out = {}
     for name in names:
@@ -65,7 +67,7 @@ def run(names, device=None, shard=None) -> dict[str, np.ndarray]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # short runs: the convergence checks complain
             try:
-                post = bdl.fit(bound, backend="numpyro", device=device, shard=shard,
+                post = bdl.fit(bound, backend=backend, device=device, shard=shard,
                                progress=False, **options)  # fmt: skip
             except bdl.InferenceError as err:
                 out[f"{name}/error"] = np.asarray(str(err))
@@ -79,6 +81,13 @@ def run(names, device=None, shard=None) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str]) -> None:
+    if argv[0] == "--torch":  # one of torch.distributed's processes (RANK, WORLD_SIZE, ...)
+        import os
+
+        path, *names = argv[1:]
+        world = int(os.environ["WORLD_SIZE"])
+        np.savez(path, **run(names, ["cpu"] * world, "data", backend="pyro"))
+        return
     import jax
 
     jax.config.update("jax_default_matmul_precision", "highest")  # as tests/conftest.py
