@@ -297,6 +297,22 @@ def test_vi_fits_run_as_chains(backend):
     assert np.all(np.abs(means - exact) < 3 * 0.05 + 4 * sd / np.sqrt(400)), means
 
 
+def test_each_vi_fit_cuts_its_own_lr_on_its_plateau(backend):
+    """schedule="plateau" with two fits: each fit's lr is cut where its own loss flattens (a
+    per-fit scale of the run's rates), so the first fit cuts where the one fit of the same seed
+    cuts and draws what it draws, and the second cuts at its own steps."""
+    options = dict(backend=backend, method="vi", num_steps=800, lr=0.05, batch_size=20,
+                   num_samples=100, progress=False, schedule="plateau", plateau_patience=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = bdl.fit(mean_model(Y), **options)
+        two = bdl.fit(mean_model(Y), num_chains=2, **options)
+    first, second = two.settings["lr_cuts"]
+    assert first == one.settings["lr_cuts"] and first and second and second != first
+    np.testing.assert_array_equal(two.losses[0], one.losses)
+    np.testing.assert_array_equal(two.samples["mu"][0], one.samples["mu"][0])
+
+
 def test_several_vi_fits_save_and_load(tmp_path):
     three = _vi("numpyro", num_chains=2)
     back = bdl.load(three.save(tmp_path / "vi.nc"), model=mean_model(Y))
