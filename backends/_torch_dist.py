@@ -16,7 +16,8 @@ the same state; what differs is each step's minibatch:
   unsharded estimate, to float rounding (:meth:`DataParallel.mean`).
 
 The kernels and the VI step in the core see one gradient, as on one device; every process
-ends with the same draws. The process group is torch's own (gloo on the CPU, NCCL on CUDA
+ends with the same draws. A traced step (:meth:`PyroBackend.trace`) is traced at the
+process's own block, without the all-reduce, which runs after the traced graph. The process group is torch's own (gloo on the CPU, NCCL on CUDA
 devices); it is made here only when none exists, and left to the script (or launcher) to end.
 
 Example

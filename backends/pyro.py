@@ -133,6 +133,9 @@ class PyroBackend(BackendBase):
         #: This process's part of a data-parallel fit (``shard="data"`` over a device list:
         #: one process per device, :mod:`._torch_dist`), else None.
         self.parallel = None
+        #: While a data-parallel trace runs: value_and_grad leaves its outputs to the trace's
+        #: caller to all-reduce (once, after the traced graph).
+        self._local_gradients = False
         names = [] if device is None else device_names(device, "pyro")
         if shard == "data" and (len(names) > 1 or (names and names[0].endswith(":*"))):
             names = data_devices(names, device)
@@ -244,7 +247,14 @@ class PyroBackend(BackendBase):
             grads, value = torch.func.grad_and_value(fn, has_aux=has_aux)(*args)
             return value, grads
 
-        return wrapped if self.parallel is None else self.parallel.reduced(wrapped)
+        if self.parallel is None:
+            return wrapped
+
+        def reduced(*args):
+            out = wrapped(*args)
+            return out if self._local_gradients else self.parallel.mean(out)
+
+        return reduced
 
     def grad(self, fn):
         return torch.func.grad(fn)
@@ -279,11 +289,24 @@ class PyroBackend(BackendBase):
         the Python walk of the model; checked against ``fn`` there, ``fn`` itself (with a
         warning) where tracing fails or disagrees. (Python control flow on values, which a trace
         would freeze, is refused before, by the validating run's ``StrictTensor`` values.) In a
-        data-parallel fit ``fn`` itself: its gradients are all-reduced across the processes,
-        which a trace cannot hold."""
-        if self.parallel is not None:
-            return fn
-        return trace_or_eager(self, fn, example_args)
+        data-parallel fit the trace is of this process's share (its gradients not all-reduced,
+        at the first call's own block of the minibatch: its N / |batch| scale is the block's)
+        and its outputs are all-reduced after it runs: a trace cannot hold the all-reduce."""
+        if self.parallel is None:
+            return trace_or_eager(self, fn, example_args)
+        traced = []
+
+        def run(*args):
+            self._local_gradients = True
+            try:
+                if not traced:
+                    traced.append(trace_or_eager(self, fn, args))
+                out = traced[0](*args)
+            finally:
+                self._local_gradients = False
+            return self.parallel.mean(out)
+
+        return run
 
     def compile_loop(self, step, emit):
         return compile_loop(step, emit)

@@ -37,8 +37,8 @@ Usage::
 
 ``--torch-data``: one chain's SGHMC steps on torch with each minibatch split over 1, 2, ...
 ``torch.distributed`` gloo processes on the CPU (``shard="data"``, one thread each), against one
-plain process whose step is traced to TorchScript (a data-parallel step runs eagerly: the
-all-reduce cannot be traced). One process in a group of one isolates that eager cost.
+plain process (no process group). A group of one process isolates the data-parallel path's own
+cost (the all-reduce is then skipped).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def torch_data(args) -> None:
         rates[count] = json.loads(outs[0].strip().splitlines()[-1])
     print(f"SGHMC on {args.size} (B = {anchors.SIZES[args.size].batch}), pyro, one chain, one "
           f"thread per process, {os.cpu_count()} cores: steps per second (wall clock; CPU "
-          "clock of rank 0), against one plain process (its step traced to TorchScript)")
+          "clock of rank 0), against one plain process (no process group)")
     plain = rates[0]
     print(f"{'processes':>10} {'wall/s':>8} {'vs plain':>9} {'cpu/s':>8} {'vs plain':>9}")
     for count, r in sorted(rates.items()):
