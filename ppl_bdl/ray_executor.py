@@ -45,9 +45,12 @@ class RayExecutor:
     Parameters
     ----------
     address : str, optional
-        The cluster to join: None starts a local Ray (or uses the Ray this process already
-        started with ``ray.init``); ``"auto"`` joins the cluster running on this machine (started
-        with ``ray start --head``); ``"ray://host:10001"`` a remote one through Ray Client.
+        The cluster to join, as ``ray.init`` reads it: None is Ray's default (the cluster named
+        by ``RAY_ADDRESS``, else one started on this machine with ``ray start``, else a new
+        local Ray); ``"auto"`` joins the cluster started on this machine (``ray start
+        --head`` or ``ray start --address=...``) and fails if there is none;
+        ``"ray://host:10001"`` a remote one through Ray Client. If this process has already
+        called ``ray.init``, that Ray is used whatever the address.
     resources : dict, optional
         What each task asks for: ``num_cpus``, ``num_gpus``, ``memory`` (bytes), and custom
         resources by name (default ``{"num_cpus": 1}``). With ``num_gpus`` and no ``device=``

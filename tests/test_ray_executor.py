@@ -5,6 +5,7 @@ a task that still fails named with the chains that finished, Ctrl-C cancelling t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -20,6 +21,8 @@ from ppl_bdl import dist
 from ppl_bdl.executor import ExecutorError
 
 ray = pytest.importorskip("ray")
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "ray.md"
 
 # The models below live in this test module, which Ray's workers cannot import: send them by
 # value (what cloudpickle does by itself for a model defined in a user's script).
@@ -185,3 +188,13 @@ def test_settings_that_cannot_work_are_named_before_any_task_starts(local_ray):
         _fit("pyro", executor=bdl.RayExecutor(resources={"num_gpus": 1}), device="cpu")
     with pytest.raises(bdl.ConfigError, match="ask for no GPU"):
         _fit("pyro", executor="ray", device="cuda")
+
+
+def test_the_ray_page_example_runs_as_written(local_ray):
+    """docs/ray.md's example (it asserts the Ray draws equal the in-process ones itself)."""
+    code = re.search(r"```python\n(.*?)```", DOCS.read_text(), re.S).group(1)
+    namespace: dict = {}
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always", bdl.ConvergenceWarning)
+        exec(compile(code, "docs/ray.md", "exec"), namespace)
+    assert namespace["post"].samples["w"].shape == (4, 500, 3)

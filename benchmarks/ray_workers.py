@@ -1,0 +1,120 @@
+"""Draws per second of SGHMC on the 13-50-1 BNN (``anchors.SIZES``) run in this process, and as
+Ray tasks on a local Ray with 1 and with 2 workers; and the fixed costs of a Ray fit (starting
+Ray, the first tasks in fresh workers, sending the data and the draws).
+
+Every fit is a whole ``bdl.fit`` (the model traced, the step compiled, the draws replayed and the
+log-likelihood computed), timed as a user sees it; each variant runs ``--repeats`` times after one
+untimed run (the first Ray run is timed apart: fresh workers import the backend), best time kept
+(the machine may be shared). Ray's draws are checked equal to the in-process run's.
+
+Run: ``python benchmarks/ray_workers.py [--backends pyro,numpyro] [--chains 4] [--samples 1000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import time
+import warnings
+
+import anchors
+import numpy as np
+import ray
+
+import ppl_bdl as bdl
+from ppl_bdl.posterior_chains import detach
+
+# The model is a closure over an anchors.Size; Ray's workers cannot import benchmarks/.
+ray.cloudpickle.register_pickle_by_value(anchors)
+
+SIZE = anchors.SIZES["13-50-1"]
+
+
+def _fit(backend, bound, args, executor=None, **kw):
+    with warnings.catch_warnings():  # a BNN's weights: R-hat across chains is large, and said
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+        start = time.perf_counter()
+        post = bdl.fit(bound, backend=backend, method="sghmc", num_warmup=args.warmup,
+                       num_samples=args.samples, num_chains=args.chains, seed=0,
+                       step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
+                       executor=executor, **kw)  # fmt: skip
+        np.asarray(post.log_likelihood["y"])
+        return post, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="pyro,numpyro")
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    X, y = anchors.make_data(SIZE)
+    bound = anchors.model(SIZE)(X, y)
+
+    start = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    print(f"ray.init(num_cpus=2): {time.perf_counter() - start:.2f} s")
+    blob = ray.cloudpickle.dumps(bound)
+    start = time.perf_counter()
+    ray.get(ray.put(bound))
+    print(f"the bound model pickled: {len(blob) / 1e3:.0f} kB; ray.put + get: "
+          f"{1e3 * (time.perf_counter() - start):.1f} ms")  # fmt: skip
+
+    draws = args.chains * args.samples
+    steps = args.chains * (args.warmup + args.samples)
+    print(f"\nSGHMC, {SIZE.layers} BNN, N={SIZE.n}, B={SIZE.batch}: {args.chains} chains x "
+          f"({args.warmup} warmup + {args.samples} kept) steps; draws/s = kept draws / wall time "
+          "of the whole fit")  # fmt: skip
+    for backend in args.backends.split(","):
+        variants = {
+            "in process": None,
+            "Ray, 1 worker": bdl.RayExecutor(chains_per_task=args.chains),
+            "Ray, 2 workers": bdl.RayExecutor(chains_per_task=-(-args.chains // 2)),
+        }
+        best, first = {}, {}
+        for name, executor in variants.items():
+            post, first[name] = _fit(backend, bound, args, executor)
+            if name == "in process":
+                reference = post
+            else:
+                same = all(np.array_equal(post.samples[k], reference.samples[k])
+                           for k in reference.samples)  # fmt: skip
+                assert same, f"{name}: draws differ from the in-process run"
+            best[name] = min(_fit(backend, bound, args, executor)[1] for _ in range(args.repeats))
+        part = detach(bdl.fit(bound, backend=backend, method="sghmc", num_warmup=args.warmup,
+                              num_samples=args.samples, num_chains=args.chains, seed=0,
+                              step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
+                              chain_ids=list(range(-(-args.chains // 2)))))  # fmt: skip
+        print(f"\n[{backend}] a task's posterior pickled: {len(pickle.dumps(part)) / 1e6:.1f} MB")
+        here = best["in process"]
+        for name, seconds in best.items():
+            print(f"[{backend}] {name:15s} {seconds:7.2f} s  {draws / seconds:8.0f} draws/s  "
+                  f"{steps / seconds:8.0f} steps/s  x{here / seconds:.2f} of in process  "
+                  f"(first run {first[name]:.2f} s)")  # fmt: skip
+        tiny = dict(num_warmup=10, num_samples=10)
+        overhead = {}
+        for name in ("in process", "Ray, 1 worker"):
+            executor = variants[name]
+            _fit_tiny(backend, bound, executor, tiny)
+            overhead[name] = min(_fit_tiny(backend, bound, executor, tiny) for _ in range(3))
+        print(f"[{backend}] a fit of 10+10 steps: in process {overhead['in process']:.2f} s, "
+              f"as one Ray task {overhead['Ray, 1 worker']:.2f} s (fixed cost of a Ray fit: "
+              f"{overhead['Ray, 1 worker'] - overhead['in process']:+.2f} s)")  # fmt: skip
+    ray.shutdown()
+
+
+def _fit_tiny(backend, bound, executor, tiny) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+        start = time.perf_counter()
+        post = bdl.fit(bound, backend=backend, method="sghmc", num_chains=4, seed=0,
+                       step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
+                       executor=executor, **tiny)  # fmt: skip
+        np.asarray(post.log_likelihood["y"])
+        return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    main()
