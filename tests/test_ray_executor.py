@@ -197,4 +197,4 @@ def test_the_ray_page_example_runs_as_written(local_ray):
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always", bdl.ConvergenceWarning)
         exec(compile(code, "docs/ray.md", "exec"), namespace)
-    assert namespace["post"].samples["w"].shape == (4, 500, 3)
+    assert namespace["post"].samples["w"].shape == (4, 300, 3)
