@@ -7,22 +7,28 @@ log-likelihood computed), timed as a user sees it; each variant runs ``--repeats
 untimed run (the first Ray run is timed apart: fresh workers import the backend), best time kept
 (the machine may be shared). Ray's draws are checked equal to the in-process run's.
 
-Run: ``python benchmarks/ray_workers.py [--backends pyro,numpyro] [--chains 4] [--samples 1000]``
+Run: ``python benchmarks/ray_workers.py [--backends pyro,numpyro] [--chains 4] [--samples 500]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import time
 import warnings
 
-import anchors
-import numpy as np
-import ray
+# One thread per process, set before torch starts: a Ray task with num_cpus=1 gets
+# OMP_NUM_THREADS=1 from Ray, and the run in this process must not get more (on a busy 2-core
+# machine torch's second thread makes the in-process run over ten times slower, not faster).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import ppl_bdl as bdl
-from ppl_bdl.posterior_chains import detach
+import anchors  # noqa: E402
+import numpy as np  # noqa: E402
+import ray  # noqa: E402
+
+import ppl_bdl as bdl  # noqa: E402
+from ppl_bdl.posterior_chains import detach  # noqa: E402
 
 # The model is a closure over an anchors.Size; Ray's workers cannot import benchmarks/.
 ray.cloudpickle.register_pickle_by_value(anchors)
@@ -46,13 +52,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="pyro,numpyro")
     parser.add_argument("--chains", type=int, default=4)
-    parser.add_argument("--warmup", type=int, default=1000)
-    parser.add_argument("--samples", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--samples", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     X, y = anchors.make_data(SIZE)
     bound = anchors.model(SIZE)(X, y)
 
+    # The machine may be shared: its load says how many cores these timings really had.
+    print(f"cores: {os.cpu_count()}; load average (1, 5, 15 min): {os.getloadavg()}")
+    # Ray starts its workers at niceness 15, so that on a busy machine they yield to everything
+    # else (the in-process run included): timings of both at the same priority, unless asked.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     start = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     print(f"ray.init(num_cpus=2): {time.perf_counter() - start:.2f} s")
@@ -83,6 +94,8 @@ def main() -> None:
                            for k in reference.samples)  # fmt: skip
                 assert same, f"{name}: draws differ from the in-process run"
             best[name] = min(_fit(backend, bound, args, executor)[1] for _ in range(args.repeats))
+            print(f"[{backend}] {name}: {best[name]:.2f} s (first run {first[name]:.2f} s)",
+                  flush=True)  # fmt: skip
         part = detach(bdl.fit(bound, backend=backend, method="sghmc", num_warmup=args.warmup,
                               num_samples=args.samples, num_chains=args.chains, seed=0,
                               step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
@@ -102,6 +115,7 @@ def main() -> None:
         print(f"[{backend}] a fit of 10+10 steps: in process {overhead['in process']:.2f} s, "
               f"as one Ray task {overhead['Ray, 1 worker']:.2f} s (fixed cost of a Ray fit: "
               f"{overhead['Ray, 1 worker'] - overhead['in process']:+.2f} s)")  # fmt: skip
+    print(f"\nload average at the end (1, 5, 15 min): {os.getloadavg()}")
     ray.shutdown()
 
 
