@@ -5,7 +5,9 @@ Ray, the first tasks in fresh workers, sending the data and the draws).
 Every fit is a whole ``bdl.fit`` (the model traced, the step compiled, the draws replayed and the
 log-likelihood computed), timed as a user sees it; each variant runs ``--repeats`` times after one
 untimed run (the first Ray run is timed apart: fresh workers import the backend), best time kept
-(the machine may be shared). Ray's draws are checked equal to the in-process run's.
+(the machine may be shared). Beside the wall time, the CPU seconds of each fit, of this process
+and of a local Ray's processes (its workers and daemons): what a fit costs whatever else loads
+the machine. Ray's draws are checked equal to the in-process run's.
 
 Run: ``python benchmarks/ray_workers.py [--backends pyro,numpyro] [--chains 4] [--samples 500]``
 """
@@ -39,13 +41,39 @@ SIZE = anchors.SIZES["13-50-1"]
 def _fit(backend, bound, args, executor=None, **kw):
     with warnings.catch_warnings():  # a BNN's weights: R-hat across chains is large, and said
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu_seconds()
         post = bdl.fit(bound, backend=backend, method="sghmc", num_warmup=args.warmup,
                        num_samples=args.samples, num_chains=args.chains, seed=0,
                        step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
                        executor=executor, **kw)  # fmt: skip
         np.asarray(post.log_likelihood["y"])
+        CPU.append(_cpu_seconds() - cpu)
         return post, time.perf_counter() - start
+
+
+#: CPU seconds of each fit by ``_fit``, in order (this process and Ray's, see _cpu_seconds).
+CPU: list[float] = []
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds used so far by this process and every live process under it (a local Ray's
+    daemons and workers), from /proc (Linux): the work of a fit whatever else loads the
+    machine, where wall time is not."""
+    ticks, parent, used = os.sysconf("SC_CLK_TCK"), {}, {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parent[int(entry)] = int(fields[1])
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+    mine, grew = {os.getpid()}, True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in mine} - mine
+        mine |= more
+        grew = bool(more)
+    return sum(used[pid] for pid in mine)
 
 
 def main() -> None:
@@ -74,7 +102,6 @@ def main() -> None:
           f"{1e3 * (time.perf_counter() - start):.1f} ms")  # fmt: skip
 
     draws = args.chains * args.samples
-    steps = args.chains * (args.warmup + args.samples)
     print(f"\nSGHMC, {SIZE.layers} BNN, N={SIZE.n}, B={SIZE.batch}: {args.chains} chains x "
           f"({args.warmup} warmup + {args.samples} kept) steps; draws/s = kept draws / wall time "
           "of the whole fit")  # fmt: skip
@@ -84,9 +111,10 @@ def main() -> None:
             "Ray, 1 worker": bdl.RayExecutor(chains_per_task=args.chains),
             "Ray, 2 workers": bdl.RayExecutor(chains_per_task=-(-args.chains // 2)),
         }
-        best, first = {}, {}
+        best, first, cpu = {}, {}, {}
         for name, executor in variants.items():
             post, first[name] = _fit(backend, bound, args, executor)
+            CPU.clear()
             if name == "in process":
                 reference = post
             else:
@@ -94,40 +122,25 @@ def main() -> None:
                            for k in reference.samples)  # fmt: skip
                 assert same, f"{name}: draws differ from the in-process run"
             best[name] = min(_fit(backend, bound, args, executor)[1] for _ in range(args.repeats))
-            print(f"[{backend}] {name}: {best[name]:.2f} s (first run {first[name]:.2f} s)",
-                  flush=True)  # fmt: skip
-        part = detach(bdl.fit(bound, backend=backend, method="sghmc", num_warmup=args.warmup,
-                              num_samples=args.samples, num_chains=args.chains, seed=0,
-                              step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
-                              chain_ids=list(range(-(-args.chains // 2)))))  # fmt: skip
+            cpu[name] = min(CPU)
+            print(f"[{backend}] {name}: {best[name]:.2f} s, {cpu[name]:.2f} CPU s (first run "
+                  f"{first[name]:.2f} s)", flush=True)  # fmt: skip
+        part = detach(_fit(backend, bound, args, chain_ids=list(range(-(-args.chains // 2))))[0])
         print(f"\n[{backend}] a task's posterior pickled: {len(pickle.dumps(part)) / 1e6:.1f} MB")
         here = best["in process"]
         for name, seconds in best.items():
-            print(f"[{backend}] {name:15s} {seconds:7.2f} s  {draws / seconds:8.0f} draws/s  "
-                  f"{steps / seconds:8.0f} steps/s  x{here / seconds:.2f} of in process  "
-                  f"(first run {first[name]:.2f} s)")  # fmt: skip
-        tiny = dict(num_warmup=10, num_samples=10)
-        overhead = {}
+            print(f"[{backend}] {name:15s} {seconds:7.2f} s  {draws / seconds:6.0f} draws/s  "
+                  f"x{here / seconds:.2f} of in process  (first run {first[name]:.2f} s)  "
+                  f"CPU: {cpu[name]:6.2f} s, {draws / cpu[name]:6.0f} draws per CPU s")  # fmt: skip
+        tiny = argparse.Namespace(**dict(vars(args), warmup=10, samples=10))
         for name in ("in process", "Ray, 1 worker"):
-            executor = variants[name]
-            _fit_tiny(backend, bound, executor, tiny)
-            overhead[name] = min(_fit_tiny(backend, bound, executor, tiny) for _ in range(3))
-        print(f"[{backend}] a fit of 10+10 steps: in process {overhead['in process']:.2f} s, "
-              f"as one Ray task {overhead['Ray, 1 worker']:.2f} s (fixed cost of a Ray fit: "
-              f"{overhead['Ray, 1 worker'] - overhead['in process']:+.2f} s)")  # fmt: skip
+            _fit(backend, bound, tiny, variants[name])
+            CPU.clear()
+            seconds = min(_fit(backend, bound, tiny, variants[name])[1] for _ in range(3))
+            print(f"[{backend}] a fit of 10+10 steps, {name:13s}: {seconds:.2f} s, "
+                  f"{min(CPU):.2f} CPU s")  # fmt: skip
     print(f"\nload average at the end (1, 5, 15 min): {os.getloadavg()}")
     ray.shutdown()
-
-
-def _fit_tiny(backend, bound, executor, tiny) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
-        start = time.perf_counter()
-        post = bdl.fit(bound, backend=backend, method="sghmc", num_chains=4, seed=0,
-                       step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
-                       executor=executor, **tiny)  # fmt: skip
-        np.asarray(post.log_likelihood["y"])
-        return time.perf_counter() - start
 
 
 if __name__ == "__main__":
