@@ -127,9 +127,13 @@ def main() -> None:
             if name == "in process":
                 reference = post
             else:
-                same = all(np.array_equal(post.samples[k], reference.samples[k])
-                           for k in reference.samples)  # fmt: skip
-                assert same, f"{name}: draws differ from the in-process run"
+                # bit for bit on Pyro (its chains run one after another); on NumPyro a task's
+                # chains run side by side in one XLA program, whose sums over a batch of 2 chains
+                # may round otherwise than over 4: equal to float rounding
+                gap = max(float(np.max(np.abs(post.samples[k] - reference.samples[k])))
+                          for k in reference.samples)  # fmt: skip
+                print(f"[{backend}] {name}: largest difference to the in-process draws: {gap:.1e}")
+                assert gap < 1e-5, f"{name}: draws differ from the in-process run by {gap}"
             best[name] = min(_fit(backend, bound, args, executor)[1] for _ in range(args.repeats))
             cpu[name] = min(CPU)
             print(f"[{backend}] {name}: {best[name]:.2f} s, {cpu[name][0]:.2f} CPU s (first run "

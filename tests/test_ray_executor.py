@@ -87,10 +87,17 @@ def _fit(backend, **kw):
 
 
 def _same_chains(got, want, chains):
+    """Bit for bit on Pyro (chains one after another); on NumPyro to float rounding (a task's
+    vectorised XLA program over 2 chains may sum in another order than one over 4)."""
+    same = (
+        np.testing.assert_array_equal
+        if want.backend == "pyro"
+        else lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    )
     for name in want.samples:
-        np.testing.assert_array_equal(got.samples[name], want.samples[name][chains])
+        same(got.samples[name], want.samples[name][chains])
     for name in want.sample_stats:
-        np.testing.assert_array_equal(got.sample_stats[name], want.sample_stats[name][chains])
+        same(got.sample_stats[name], want.sample_stats[name][chains])
 
 
 def _kill_when_stalled(marker: Path, killed: list) -> threading.Thread:
@@ -121,9 +128,15 @@ def test_ray_gives_the_draws_of_the_run_in_one_process(local_ray, backend):
     executor = "ray" if backend == "pyro" else bdl.RayExecutor(resources={"num_cpus": 1})
     on_ray, here = _fit(backend, executor=executor), _here(backend)
     _same_chains(on_ray, here, slice(None))
-    np.testing.assert_array_equal(on_ray.log_likelihood["y"], here.log_likelihood["y"])
+    rtol = 0 if backend == "pyro" else 1e-5  # see _same_chains
+    np.testing.assert_allclose(on_ray.log_likelihood["y"], here.log_likelihood["y"], rtol=rtol)
     assert on_ray.settings == here.settings
-    assert on_ray.diagnostics == here.diagnostics
+    if backend == "pyro":
+        assert on_ray.diagnostics == here.diagnostics
+    else:  # the findings' numbers round as the draws do
+        assert [(f.kind, f.sites) for f in on_ray.diagnostics] == [
+            (f.kind, f.sites) for f in here.diagnostics
+        ]
     assert on_ray.model is not None and on_ray.predict(regression(*_data())).mean.shape == (64,)
 
 
