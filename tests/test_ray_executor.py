@@ -203,6 +203,7 @@ def test_settings_that_cannot_work_are_named_before_any_task_starts(local_ray):
         _fit("pyro", executor="ray", device="cuda")
 
 
+@pytest.mark.slow  # ~10 s on a quiet machine, and the first test here checks the same
 def test_the_ray_page_example_runs_as_written(local_ray):
     """docs/ray.md's example (it asserts the Ray draws equal the in-process ones itself)."""
     code = re.search(r"```python\n(.*?)```", DOCS.read_text(), re.S).group(1)
