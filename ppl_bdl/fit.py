@@ -107,7 +107,9 @@ def fit(
     chain_ids : list of int, optional
         MCMC only: run just these chains of the ``num_chains`` (what one task of an executor
         runs); each chain's draws are those it has in the whole run (a chain's draws depend on
-        the seed and its number only), and the posterior holds them in this order.
+        the seed and its number only; bit for bit where chains run one after another, to float
+        rounding where the backend runs them side by side: XLA may round a vectorised program
+        over 2 chains otherwise than one over 4), and the posterior holds them in this order.
     executor : "ray" | Executor, optional
         MCMC only: where the chains run. None (default): here, in this process. An executor
         runs them in groups, each group ``fit(..., chain_ids=group)``, and merges the groups'
