@@ -37,9 +37,21 @@ def local_ray():
     ray.shutdown()
 
 
+#: Runs of the model in this process, by marker (a worker counts its own).
+_RUNS: dict[str, int] = {}
+#: The run of the model at which a worker stalls: with the settings below (2 chains per task
+#: on Pyro: ~70 runs before the log-likelihood), one of those that replay the kept draws, so
+#: the worker dies after all its steps, with its task's work done and lost.
+STALL_AT = 30
+
+
 def _stall_once(marker: str) -> None:
-    """The first run of the model anywhere (the first to create ``marker``) writes its process
-    id there and waits to be killed (the test kills it); every later run goes on."""
+    """The first process to run the model ``STALL_AT`` times (the first to create ``marker``)
+    writes its process id there and waits to be killed (the test kills it); every other run
+    goes on."""
+    _RUNS[marker] = _RUNS.get(marker, 0) + 1
+    if _RUNS[marker] < STALL_AT:
+        return
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
@@ -141,8 +153,9 @@ def test_ray_gives_the_draws_of_the_run_in_one_process(local_ray, backend):
 
 
 def test_a_worker_killed_mid_run_is_retried_from_its_seed(local_ray, tmp_path):
-    """SIGKILL to the worker of one task while the other runs: Ray runs the task again, and
-    its draws are those of a run that never failed."""
+    """SIGKILL to the worker of one task after its steps, while it replays its draws (the
+    other task runs on): Ray runs the task again from its seed, and its draws are those of a
+    run that never failed."""
     marker, killed = tmp_path / "stall", []
     thread = _kill_when_stalled(marker, killed)
     executor = bdl.RayExecutor(resources={"num_cpus": 1}, max_retries=1)
