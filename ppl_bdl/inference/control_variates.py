@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..backend_protocol import Batch, Transition
-from ..errors import ConfigError, one_of
+from ..errors import ConfigError
 
 #: The control variates of the SG-MCMC gradient (``fit(..., control_variate=...)``).
 CONTROL_VARIATES = ("svrg",)
@@ -58,7 +58,10 @@ def check_control_variate(control_variate: Any, anchor_period: Any) -> None:
     """Raise :class:`~ppl_bdl.errors.ConfigError` for an unknown ``control_variate`` or a bad
     ``anchor_period`` (an int >= 1, or None: one epoch)."""
     if control_variate is not None and control_variate not in CONTROL_VARIATES:
-        raise one_of("control_variate", control_variate, [None, *CONTROL_VARIATES])
+        raise ConfigError(
+            f"unknown control_variate {control_variate!r}; expected one of "
+            f"{', '.join(map(repr, CONTROL_VARIATES))}, or None (the plain minibatch gradient)."
+        )
     if anchor_period is None:
         return
     if control_variate is None:
