@@ -103,6 +103,30 @@ def test_svrg_sgd_lands_on_the_posterior_mode_where_sgd_stalls(backend):
     assert errors["svrg"] < 1e-3 and errors[None] > 0.5, errors
 
 
+def test_svrg_in_the_native_adapters_lands_on_the_mode(backend):
+    # numpyro.infer.MCMC / pyro.infer.MCMC driving our kernel: no run counter reaches the
+    # step (Batch.step is None), so the anchor's period is counted in the chain's state.
+    X, y = _data()
+    mean, cov = conjugate_posterior(X, y, NOISE, 1.0)
+    kernel = bdl.native_kernel(
+        linear_regression_known_noise(X, y, noise=NOISE), backend, "sgld", step_size=STEP,
+        batch_size=BATCH, control_variate="svrg", temperature=0.0,
+    )  # fmt: skip
+    if backend == "numpyro":
+        import jax
+        from numpyro.infer import MCMC
+
+        mcmc = MCMC(kernel, num_warmup=300, num_samples=20, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0))
+    else:
+        from pyro.infer import MCMC
+
+        mcmc = MCMC(kernel, num_samples=20, warmup_steps=300, disable_progbar=True)
+        mcmc.run()
+    w = np.asarray(mcmc.get_samples()["w"], float)
+    assert (np.abs(w - mean) / np.sqrt(np.diag(cov))).max() < 1e-3
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # the ESS checks of a 40-step run
 def test_svrg_runs_every_kernel_and_a_stated_period(backend):
     X, y = _data()
