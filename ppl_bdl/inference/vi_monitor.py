@@ -3,8 +3,10 @@
 The run goes in segments of steps (one call of the compiled loop each; see
 :func:`segment_length`). After each segment the monitor takes the segment's mean loss as the
 smoothed loss (a windowed mean: Adam's loss curve is too noisy step by step). It keeps a host
-copy of the parameters at the end of the segment with the lowest smoothed loss, which is what
-the fit returns; and it calls the run diverging when, for :data:`PATIENCE` segments in a row,
+copy of the parameters at the end of the latest segment whose smoothed loss is the lowest so far
+or within :data:`TIE_SE` standard errors of it, which is what the fit returns (on a flat loss the
+lowest of many noisy segment means is an early segment by chance, before a decaying lr has
+settled the parameters; within the noise, the latest is the one to keep); and it calls the run diverging when, for :data:`PATIENCE` segments in a row,
 the smoothed loss stays above its best by more than half of everything the run had gained
 (the first segment's mean minus the best) and by more than :data:`DIVERGENCE_SE` standard errors
 of the best segment's mean. A loss that rises but stays finite (a too-large learning rate on a
@@ -56,6 +58,9 @@ PATIENCE = 2
 DIVERGENCE_SE = 5.0
 #: The threshold's main part: this fraction of what the run had gained (first mean - best).
 DIVERGENCE_FRACTION = 0.5
+#: A segment whose mean loss is within this many standard errors (of the two segments' means,
+#: combined) of the best is a tie with it, and the later state is kept.
+TIE_SE = 3.0
 #: ``num_steps=None``: run until the loss has converged (:meth:`LossMonitor.converged`), at
 #: least AUTO_MIN_STEPS steps and at most AUTO_MAX_STEPS.
 AUTO_MIN_STEPS, AUTO_MAX_STEPS = 2_000, 50_000
@@ -178,9 +183,13 @@ class LossMonitor:
         if self.first is None:
             self.first = mean
         self._history.append((step, min(mean, self.best)))
+        se = float(losses.std() / math.sqrt(losses.size))
         if mean < self.best:
             self.best, self.best_step, self.best_params = mean, step, params()
-            self.best_se = float(losses.std() / math.sqrt(losses.size))
+            self.best_se = se
+            self._above = 0
+        elif mean - self.best <= TIE_SE * math.hypot(se, self.best_se):
+            self.best_step, self.best_params = step, params()  # a tie: keep the later state
             self._above = 0
         else:
             gained = max(self.first - self.best, 0.0)
