@@ -40,9 +40,12 @@ NUM_DRAWS = 256
 
 def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed: int = 0):
     """log p(x, θ_s) − log q(θ_s) at ``num_draws`` draws of ``post.guide`` (NumPy, shape (S,)),
-    or None for a guide that is a point mass (``"delta"``, MAP: it has no density to weigh)."""
+    or None for a guide that is a point mass (``"delta"``, MAP: it has no density to weigh) or
+    amortized (a joint weight is a product over the N points of per-point weights, so its k̂
+    grows with N however good each q(z_i|x_i) is: ``post.log_marginal(X).ess`` is the check
+    per point)."""
     fitted = post.guide
-    if fitted is None or fitted.name == "delta":
+    if fitted is None or fitted.name in ("delta", "amortized"):
         return None
     be = setup.backend
     theta = fitted.sample_unconstrained(num_draws, seed=seed)
