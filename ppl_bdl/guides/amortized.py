@@ -2,7 +2,7 @@
 local latent sites of the data plate (one z_i per point).
 
 An amortized guide replaces N sets of free variational parameters of a per-point latent by one
-network g_φ(x) = [μ_φ(x), log σ_φ(x)] that maps a point's inputs to them: the chapter's
+network g_φ(x) = [μ_φ(x), ρ_φ(x)], σ = softplus(ρ), that maps a point's inputs to them: the chapter's
 Section 3.3.1 and Algorithm 4 (a variational auto-encoder; Kingma & Welling 2014, Rezende et al.
 2014). A step encodes only the minibatch's points, so it costs O(B), and a new point is encoded
 by one pass (``post.encode(X)``). The model's other latents (its global ones: a Bayesian
@@ -22,7 +22,7 @@ Example
 ...         z = bdl.sample("z", dist.Normal(0.0, 1.0), shape=(1,))
 ...         bdl.sample("x", dist.Normal(z @ W, 0.5), obs=X[idx], shape=(3,))
 >>> X = np.random.default_rng(0).normal(size=(200, 3))
->>> encoder = nn.Dense("enc", 3, 2, prior=nn.glorot_normal())  # 2 outputs: [mu, log sigma]
+>>> encoder = nn.Dense("enc", 3, 2, prior=nn.glorot_normal())  # 2 outputs: [mu, rho]
 >>> post = bdl.fit(factor_model(X), backend="numpyro", method="vi",
 ...                guide=guides.Amortized(encoder, sites=["z"]), num_steps=300, batch_size=50,
 ...                num_samples=10, progress=False)
@@ -60,9 +60,12 @@ class Amortized:
     ----------
     encoder : ppl_bdl.nn.Module
         A :mod:`ppl_bdl.nn` network or a lifted torch / equinox module (:func:`ppl_bdl.nn.lift`)
-        that maps a batch of inputs (B, *event) to (B, 2·d): [μ, log σ] of q(z_i | x_i), d the
-        number of unconstrained coordinates of one point's local sites, in the order of
-        ``sites`` (the chapter's g_φ(x), Section 3.3.1). Its weights are the guide's parameters,
+        that maps a batch of inputs (B, *event) to (B, 2·d): [μ, ρ] of q(z_i | x_i) with σ =
+        softplus(ρ), d the number of unconstrained coordinates of one point's local sites, in the
+        order of ``sites``. (The chapter's g_φ(x) = [μ, log σ], Section 3.3.1, with softplus in
+        place of exp, as the mean-field guide's σ: σ then grows linearly in the encoder's last
+        layer, not exponentially, and the first steps on inputs that are not standardised do
+        not overflow.) Its weights are the guide's parameters,
         started at a lifted module's own values or at a draw of each weight's prior (give it a
         fan-scaled prior: ``nn.he_normal()``).
     sites : list of str
@@ -94,7 +97,7 @@ class Amortized:
             raise ConfigError(
                 f"Amortized: the encoder must be a ppl_bdl.nn network (nn.MLP, nn.Sequential, ...) "
                 f"or a lifted torch/equinox module (nn.lift(module)); got "
-                f"{type(encoder).__name__}. It maps a batch of inputs to [mu, log sigma]."
+                f"{type(encoder).__name__}. It maps a batch of inputs to [mu, rho], sigma = softplus(rho)."
             )
         sites = [sites] if isinstance(sites, str) else list(sites)
         if not sites or not all(isinstance(s, str) and s for s in sites) or len(set(sites)) < len(
@@ -179,8 +182,8 @@ class AmortizedGuide(Guide):
         _, enc = self.split_params(params)
         out = SampledNetwork(self.encoder, enc)(x)
         out = self.m.reshape(out, (int(x.shape[0]), 2 * self.local_dim))
-        loc, log_scale = out[:, : self.local_dim], out[:, self.local_dim :]
-        return loc, self.m.exp(log_scale)
+        loc, rho = out[:, : self.local_dim], out[:, self.local_dim :]
+        return loc, self.m.softplus(rho)
 
     def inputs(self, data) -> Any:
         """The encoder's input array among the data's arrays (``BoundModel.data_arrays``)."""
@@ -317,7 +320,7 @@ class AmortizedGuide(Guide):
             raise ModelError(
                 f"the encoder {self.encoder.path!r} maps the inputs {self.input_name!r} of shape "
                 f"{tuple(probe.shape)} to shape {seen}; q(z|x) of the sites {self.spec.sites} "
-                f"needs {want}: 2 x ({sizes}) = {want[1]} outputs per point, [mu, log sigma] of "
+                f"needs {want}: 2 x ({sizes}) = {want[1]} outputs per point, [mu, rho] (sigma = softplus(rho)) of "
                 "the sites' unconstrained coordinates in the order of sites=. End the encoder "
                 f"with a layer of {want[1]} outputs."
             )
