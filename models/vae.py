@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
     test = stroke_images(500, args.size, args.likelihood, seed=1)
     for K in (1, 10, 100):
         bound = post.log_marginal(test, num_particles=K)
-        print(f"held-out IWAE_{K} (K=1: the ELBO): {np.mean(bound.per_point):.3f} nats per image")
+        label = f"IWAE_{K}" + (" (the ELBO)" if K == 1 else "")
+        print(f"held-out {label}: {np.mean(bound.per_point):.3f} nats per image")
 
 
 if __name__ == "__main__":
