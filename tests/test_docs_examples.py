@@ -80,6 +80,7 @@ def test_cavi_section_example_runs_as_written():
     assert post.samples["z"].shape == (1, 1000, 200)
 
 
+@pytest.mark.slow  # ~20 s of CPU: 2000 steps, then 1000 particles for each of 500 points
 def test_amortized_section_example_runs_as_written():
     namespace: dict = {}
     code = _block_under("inference.md", "## Amortized inference")
