@@ -43,15 +43,21 @@ def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed:
     or None for a guide that is a point mass (``"delta"``, MAP: it has no density to weigh) or
     amortized (a joint weight is a product over the N points of per-point weights, so its k̂
     grows with N however good each q(z_i|x_i) is: ``post.log_marginal(X).ess`` is the check
-    per point)."""
+    per point); a list of them, one per fit, for several fits (``num_chains``)."""
     fitted = post.guide
+    if isinstance(fitted, list):  # several fits (num_chains): each one's weights
+        return [_of_guide(setup, post.params, g, num_draws, seed) for g in fitted]
+    return _of_guide(setup, post.params, fitted, num_draws, seed)
+
+
+def _of_guide(setup: Setup, fitted_params: dict, fitted, num_draws: int, seed: int):
     if fitted is None or fitted.name in ("delta", "amortized"):
         return None
     be = setup.backend
     theta = fitted.sample_unconstrained(num_draws, seed=seed)
     log_q = fitted.log_prob(theta)
     with be.scope(), be.activate():
-        params = {k: be.asarray(v) for k, v in post.params.items()}
+        params = {k: be.asarray(v) for k, v in fitted_params.items()}
         density = ModelDensity(setup.bound, be, setup.layout, params or setup.params)
         size = replay_chunk_size(setup, most=num_draws)
         potential = be.jit(
