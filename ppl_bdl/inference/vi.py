@@ -214,21 +214,17 @@ class VIRun:
             self.guide_settings = dict(guide_opts)
             model_sites = {n: r for n, r in setup.sites.items() if r.kind == "param"}
             self.model_params = ModelParams(model_sites, be) if model_sites else None
+            self.kl = None if amortized else analytic_kl_sites(setup, self.guide, self.objective)
             if amortized:  # per-point bounds (ppl_bdl.objectives_amortized)
-                self.kl = None
                 self.loss, self.density = make_amortized_loss(
-                    self.guide, self.objective, self.model_params
-                )
+                    self.guide, self.objective, self.model_params)  # fmt: skip
             else:
-                self.kl = analytic_kl_sites(setup, self.guide, self.objective)
                 exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
                 self.density = ModelDensity(setup.bound, be, setup.layout, setup.params, exclude)
                 plate = self.minibatch[0] if self.minibatch else None
                 #: The loss (negative objective) ``loss(params, noise, batch)``.
-                self.loss = make_loss(
-                    self.guide, self._potential, self.objective, be, plate, self.kl,
-                    self.model_params,
-                )  # fmt: skip
+                self.loss = make_loss(self.guide, self._potential, self.objective, be, plate,
+                                      self.kl, self.model_params)  # fmt: skip
             shapes = dict(self.guide.param_layout.shapes)
             initial = self.guide.initial_params()
             if self.model_params is not None:
