@@ -73,6 +73,9 @@ class Evaluator(Runtime):
     exclude : set of str
         Latent sites whose own log density is left out of ``log_joint`` (an algorithm that
         handles their prior in closed form, e.g. an analytic KL, adds it itself).
+    local : set of str
+        Latent sites in the minibatched plate whose values are given for the minibatch's points
+        only (an amortized guide's, :mod:`ppl_bdl.guides.amortized`); others there are refused.
     """
 
     def __init__(
@@ -89,9 +92,10 @@ class Evaluator(Runtime):
         validate: bool = False,
         record: bool = False,
         exclude: frozenset[str] = frozenset(),
+        local: frozenset[str] = frozenset(),
     ):
         super().__init__(backend)
-        self.exclude = exclude
+        self.exclude, self.local = exclude, local
         self.values = values or {}
         self.unconstrained = unconstrained or {}
         self.params = params or {}
@@ -171,9 +175,7 @@ class Evaluator(Runtime):
                 value = u
             else:
                 value = transform(u)
-                self.log_joint = self.log_joint + be.math.sum(
-                    transform.log_abs_det_jacobian(u, value)
-                )
+                self._add_log_density(msg, transform.log_abs_det_jacobian(u, value))
         elif msg.name in self.values:
             self._refuse_subsampled_latent(msg)
             value = self._given(self.values, msg.name)
@@ -186,9 +188,7 @@ class Evaluator(Runtime):
             return
         log_prob = native.log_prob(value)
         if msg.name not in self.exclude:
-            scale = msg.scale
-            total = be.math.sum(log_prob)
-            self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
+            self._add_log_density(msg, log_prob)
         if self.record:
             self._record(SiteRecord(
                 name=msg.name,
@@ -216,12 +216,9 @@ class Evaluator(Runtime):
             self._record(SiteRecord(msg.name, "deterministic", msg.value, plates=tuple(msg.plates)))
 
     def _factor(self, msg: Message) -> None:
-        be = self.backend
         if self.validate and self._foreign(msg.value):
             raise DataError(self._foreign_message(msg.name, "log_weight", msg.value))
-        total = be.math.sum(msg.value)
-        scale = msg.scale
-        self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
+        self._add_log_density(msg, msg.value)
         if self.record:
             self._record(SiteRecord(msg.name, "factor", msg.value, plates=tuple(msg.plates)))
 
@@ -311,9 +308,15 @@ class Evaluator(Runtime):
             )
         return be.random.draw(sub, full)
 
+    def _add_log_density(self, msg: Message, log_prob) -> None:
+        """Add a site's log density (or log-Jacobian) to ``log_joint``, scaled for minibatches
+        (:class:`~ppl_bdl.pointwise.PointwiseEvaluator` keeps one plate's per point instead)."""
+        total, scale = self.backend.math.sum(log_prob), msg.scale
+        self.log_joint = self.log_joint + (total if scale == 1.0 else total * scale)
+
     def _refuse_subsampled_latent(self, msg: Message) -> None:
         sub = [f.name for f in msg.plates if f.scale != 1.0]
-        if sub:
+        if sub and msg.name not in self.local:
             raise ModelError(
                 f"latent site {msg.name!r} sits in the minibatched plate {sub[0]!r}. Minibatching "
                 "needs every latent inside that plate to be global; fit without batch_size, or move "

@@ -100,11 +100,12 @@ def record_model(bound, backend, seed: int = 0) -> ModelTrace:
 
 def trace_model(
     bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True,
-    batch: dict | None = None, check_bounds: bool = True,
+    batch: dict | None = None, check_bounds: bool = True, local: frozenset = frozenset(),
 ):  # fmt: skip
     """Run ``bound`` once on ``backend`` with validation on; return its sites by name.
 
-    ``batch`` (plate name -> indices) runs the plate on a subset, as a minibatch does.
+    ``batch`` (plate name -> indices) runs the plate on a subset, as a minibatch does; the
+    ``local`` latent sites' ``values`` are given for the subset's points only.
     ``check_bounds`` reruns it with bounds-checked indexing where the backend clamps gathers.
 
     Example
@@ -119,13 +120,13 @@ def trace_model(
     ('latent', (2,))
     """
     return _validating_run(
-        bound, backend, seed, missing, values, validate, batch, check_bounds
+        bound, backend, seed, missing, values, validate, batch, check_bounds, local
     ).sites
 
 
 def _validating_run(
     bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True,
-    batch: dict | None = None, check_bounds: bool = True,
+    batch: dict | None = None, check_bounds: bool = True, local: frozenset = frozenset(),
 ) -> Evaluator:  # fmt: skip
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
@@ -134,6 +135,7 @@ def _validating_run(
         ev = Evaluator(
             backend, key=key, missing=missing, values=values, validate=validate, record=True,
             batch=None if batch is None else {k: backend.asarray(v, "int") for k, v in batch.items()},
+            local=local,
         )  # fmt: skip
         try:
             bound.run_with(ev)

@@ -80,6 +80,20 @@ def test_cavi_section_example_runs_as_written():
     assert post.samples["z"].shape == (1, 1000, 200)
 
 
+@pytest.mark.slow  # ~20 s of CPU: 2000 steps, then 1000 particles for each of 500 points
+def test_amortized_section_example_runs_as_written():
+    namespace: dict = {}
+    code = _block_under("inference.md", "## Amortized inference")
+    exec(compile(code, "docs/inference.md (amortized)", "exec"), namespace)
+    post, est, exact, loc = (namespace[k] for k in ("post", "est", "exact", "loc"))
+    assert loc.shape == (3, 2) and post.samples["z"].shape == (1, 100, 500, 2)
+    # The importance-sampling estimate of log p(D) against pPCA's closed form at the fitted W,
+    # mu, sigma: within 4 of its Monte Carlo standard errors (the points' independent errors
+    # added in quadrature; measured 1.6). Its bias, -sum(mc_se^2)/2, is 0.1 nats here.
+    assert abs(est.total - exact.sum()) < 4 * np.sqrt(np.sum(est.mc_se**2))
+    assert np.abs((est.per_point - exact) / est.mc_se).max() < 5.0
+
+
 @pytest.mark.slow  # ~30 s alone (two fits of 2,000 and 1,500 steps, in a fresh JAX process)
 def test_scale_page_example_runs_as_written_on_four_devices():
     """docs/scale.md's example in a process with four virtual CPU devices (JAX fixes the count

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import math as bm
 from ..errors import DataError, ModelError
-from ..nn import Lifted, Module, SampledNetwork
+from ..nn import Module, SampledNetwork, initial_values
 
 Array = Any
 
@@ -71,31 +71,8 @@ class Energy:
 
     def initial_params(self, seed: int) -> dict[str, np.ndarray]:
         """Where training starts: a lifted module's own values, else one draw of each site's
-        prior (give the network a fan-scaled prior such as ``nn.he_normal()``: a weight drawn
-        from the default N(0, 1) makes a wide layer's outputs large)."""
-        be = self.backend
-        own = self._module_values()
-        out = {}
-        with be.scope(), be.activate():
-            for i, (name, shape) in enumerate(self.shapes.items()):
-                if name in own:
-                    value = own[name]
-                else:
-                    prior = self.priors[name]
-                    # sample_shape + batch_shape is the site's shape (a prior broadcasts to it)
-                    lead = shape[: len(shape) - len(prior.batch_shape)]
-                    value = prior.sample(int(seed) * 7919 + i, lead)
-                out[name] = np.broadcast_to(np.asarray(be.to_numpy(value)), shape).copy()
-        return out
-
-    def _module_values(self) -> dict[str, np.ndarray]:
-        if not isinstance(self.network, Lifted):
-            return {}
-        parts = self.backend.lift_module(self.network.module)
-        if parts is None:  # another library's module: the forward pass says which backend
-            return {}
-        prefix = f"{self.network.path}." if self.network.path else ""
-        return {prefix + k: np.asarray(self.backend.to_numpy(v)) for k, v in parts.params.items()}
+        prior (:func:`ppl_bdl.nn.initial_values`)."""
+        return initial_values(self.network, self.backend, seed)
 
     def check(self, params: dict, X: np.ndarray) -> None:
         """Run the network once on two rows of ``X``; a clear error if it fails or does not give

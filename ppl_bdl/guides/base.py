@@ -130,6 +130,10 @@ class Guide:
         """Readable parameters (e.g. scales instead of their softplus preimage), as NumPy."""
         return dict(params)
 
+    def fitted(self, phi, settings: dict | None = None) -> FittedGuide:
+        """The guide at the fitted parameters ``phi`` (flat), as ``Posterior.guide``."""
+        return FittedGuide(self, phi, settings)
+
     def _standard_normal_log_prob(self, eps):
         return -0.5 * self.m.sum(eps * eps, axis=-1) - 0.5 * eps.shape[-1] * LOG_2PI
 
@@ -254,8 +258,23 @@ class FittedGuide:
             theta = be.math.concatenate(parts, axis=1)
             return np.asarray(be.to_numpy(self.guide.log_prob(phi, theta) - log_det))
 
+    def encode(self, X):
+        """q(z | x) of new points: an amortized guide's (:mod:`ppl_bdl.guides.amortized`)."""
+        raise ConfigError(_NOT_AMORTIZED.format(what="encode", name=self.name))
+
+    def log_marginal(self, bound, data, params: dict, num_particles: int = 1000, seed: int = 0):
+        """log p(x) by importance sampling: an amortized guide's."""
+        raise ConfigError(_NOT_AMORTIZED.format(what="log_marginal", name=self.name))
+
     def __repr__(self) -> str:
         return f"<FittedGuide {self.name}: {self.guide.param_layout.size} parameters, d={self.guide.dim}>"
+
+
+_NOT_AMORTIZED = (
+    "{what} needs an amortized guide, whose encoder maps a point to q(z|x): fit with "
+    "guide=guides.Amortized(encoder, sites=[...]) (docs/amortized.md). This posterior's guide is "
+    "{name!r}, with no encoder."
+)
 
 
 def _slot(layout, name: str):

@@ -40,8 +40,10 @@ NUM_DRAWS = 256
 
 def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed: int = 0):
     """log p(x, θ_s) − log q(θ_s) at ``num_draws`` draws of ``post.guide`` (NumPy, shape (S,)),
-    or None for a guide that is a point mass (``"delta"``, MAP: it has no density to weigh); a
-    list of them, one per fit, for several fits (``num_chains``)."""
+    or None for a guide that is a point mass (``"delta"``, MAP: it has no density to weigh) or
+    amortized (a joint weight is a product over the N points of per-point weights, so its k̂
+    grows with N however good each q(z_i|x_i) is: ``post.log_marginal(X).ess`` is the check
+    per point); a list of them, one per fit, for several fits (``num_chains``)."""
     fitted = post.guide
     if isinstance(fitted, list):  # several fits (num_chains): each one's weights
         return [_of_guide(setup, post.params, g, num_draws, seed) for g in fitted]
@@ -49,7 +51,7 @@ def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed:
 
 
 def _of_guide(setup: Setup, fitted_params: dict, fitted, num_draws: int, seed: int):
-    if fitted is None or fitted.name == "delta":
+    if fitted is None or fitted.name in ("delta", "amortized"):
         return None
     be = setup.backend
     theta = fitted.sample_unconstrained(num_draws, seed=seed)

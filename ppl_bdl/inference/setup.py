@@ -76,8 +76,12 @@ def prepare(
     return Setup(record, layout, record.params)
 
 
-def minibatch_plate(setup: Setup, batch_size: int | None) -> tuple[str, int] | None:
-    """The (plate name, size N) to subsample, or None for full batch. Validates ``batch_size``."""
+def minibatch_plate(
+    setup: Setup, batch_size: int | None, local: frozenset = frozenset()
+) -> tuple[str, int] | None:
+    """The (plate name, size N) to subsample, or None for full batch. Validates ``batch_size``.
+    ``local``: latent sites in the plate that a step gives for the minibatch's points only (an
+    amortized guide's); any other latent in the plate is refused."""
     if batch_size is None:
         return None
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -102,19 +106,29 @@ def minibatch_plate(setup: Setup, batch_size: int | None) -> tuple[str, int] | N
             f"batch_size={batch_size} is larger than the data (plate {name!r} has N={size}). Use "
             f"batch_size <= {size}, or leave it out for full-batch steps."
         )
-    _check_indexed(setup, name, size, batch_size)
+    _check_indexed(setup, name, size, batch_size, frozenset(local))
     return name, size
 
 
-def _check_indexed(setup: Setup, plate: str, size: int, batch_size: int) -> None:
+def _check_indexed(
+    setup: Setup, plate: str, size: int, batch_size: int, local: frozenset = frozenset()
+) -> None:
     """Run the model once on a minibatch: an observed site of the plate whose data is not indexed
     with the plate's indices would be scaled by N/B over all of its N values. (The one check the
     record cannot answer: over the whole plate its indices read the same values as no index.)"""
     if batch_size == size:
         return
+    values = dict(setup.trace.latent_values)
+    for name in local & set(values):  # the first batch_size points of a local site
+        site = setup.sites[name]
+        frame = next((f for f in site.plates if f.name == plate), None)
+        if frame is not None:
+            axis = len(site.shape.batch) + frame.dim
+            values[name] = values[name][(slice(None),) * axis + (slice(0, batch_size),)]
     try:
-        trace_model(setup.bound, setup.backend, values=setup.trace.latent_values, missing="error",
-                    batch={plate: np.arange(batch_size)}, check_bounds=False)  # fmt: skip
+        trace_model(setup.bound, setup.backend, values=values, missing="error",
+                    batch={plate: np.arange(batch_size)}, check_bounds=False,
+                    local=local)  # fmt: skip
     except ModelError as err:
         if "obs has shape" not in str(err):
             raise

@@ -33,9 +33,11 @@ import numpy as np
 
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError, InferenceError
+from ..guides.amortized import Amortized
 from ..guides.base import FittedGuide, ParamLayout
 from ..layout import ModelDensity
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
+from ..objectives_amortized import make_amortized_loss
 from ..optim import OptimizerConfig, unit_schedule
 from .common import Setup, build_posterior
 from .driver import Rates, RunPlan, plan_run, progress_bar, run_chains
@@ -172,7 +174,8 @@ class VIRun:
             )
         self.num_steps, self.seed = num_steps, seed
         spec = run_opts.get("guide", "meanfield")
-        name = spec if isinstance(spec, str) else "custom"
+        amortized = isinstance(spec, Amortized)
+        name = spec if isinstance(spec, str) else ("amortized" if amortized else "custom")
         self.objective = ObjectiveConfig.build(
             run_opts.get("objective", "elbo"), run_opts.get("alpha"),
             run_opts.get("num_particles", DEFAULT_PARTICLES.get(name, 1)),
@@ -200,24 +203,29 @@ class VIRun:
         self.schedule, self.lr_cuts = schedule, []
         self.chunk_size = run_opts.get("chunk_size")
         self.batch_size = run_opts.get("batch_size")
-        self.minibatch = minibatch_plate(setup, self.batch_size)
+        local = frozenset(spec.sites) if amortized else frozenset()
+        self.minibatch = minibatch_plate(setup, self.batch_size, local)
         self.setup, be = setup, setup.backend
         with be.scope(), be.activate():
-            init = guide_init(setup, run_opts.get("init_loc", "median"), seed)
+            init_loc = run_opts.get("init_loc", "median")
             self.guide = build_guide(
-                setup, run_opts.get("guide", "meanfield"), init, seed, guide_opts, RUN_OPTIONS
-            )
+                setup, spec, lambda: guide_init(setup, init_loc, seed), seed, guide_opts,
+                RUN_OPTIONS, self.batch_size,
+            )  # fmt: skip
             self.guide_settings = dict(guide_opts)
-            self.kl = analytic_kl_sites(setup, self.guide, self.objective)
             model_sites = {n: r for n, r in setup.sites.items() if r.kind == "param"}
             self.model_params = ModelParams(model_sites, be) if model_sites else None
-            exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
-            self.density = ModelDensity(setup.bound, be, setup.layout, setup.params, exclude)
-            plate = self.minibatch[0] if self.minibatch else None
-            #: The loss (negative objective) ``loss(params, noise, batch)``.
-            self.loss = make_loss(
-                self.guide, self._potential, self.objective, be, plate, self.kl, self.model_params
-            )
+            self.kl = None if amortized else analytic_kl_sites(setup, self.guide, self.objective)
+            if amortized:  # per-point bounds (ppl_bdl.objectives_amortized)
+                self.loss, self.density = make_amortized_loss(
+                    self.guide, self.objective, self.model_params)  # fmt: skip
+            else:
+                exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
+                self.density = ModelDensity(setup.bound, be, setup.layout, setup.params, exclude)
+                plate = self.minibatch[0] if self.minibatch else None
+                #: The loss (negative objective) ``loss(params, noise, batch)``.
+                self.loss = make_loss(self.guide, self._potential, self.objective, be, plate,
+                                      self.kl, self.model_params)  # fmt: skip
             shapes = dict(self.guide.param_layout.shapes)
             initial = self.guide.initial_params()
             if self.model_params is not None:
@@ -378,7 +386,7 @@ class VIRun:
         current ones."""
         params = self._current(chain) if params is None else params
         flat = self.guide.param_layout.pack({k: params[k] for k in self.guide.param_layout.shapes})
-        return FittedGuide(self.guide, flat, settings=self.guide_settings)
+        return self.guide.fitted(flat, settings=self.guide_settings)
 
     def fitted_model_params(self, params: dict | None = None) -> dict:
         """The model's ``param`` sites at ``params`` (else the current), constrained (backend

@@ -5,13 +5,14 @@ function with its settings checked against the options its caller names."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from .. import guides as guide_registry
 from ..errors import ConfigError, ModelError
+from ..guides.amortized import Amortized, AmortizedGuide
 from ..guides.base import GuideInit
 from ..guides.custom import CustomGuide, bind_guide
 from .setup import Setup
@@ -52,10 +53,28 @@ def guide_init(setup: Setup, init_loc: Any, seed: int) -> GuideInit:
 
 
 def build_guide(
-    setup: Setup, spec: Any, init: GuideInit, seed: int, settings: dict, run_options: Iterable[str]
-):
-    """A guide from a registered name or a ``@bdl.guide`` function, with its settings checked
-    (``run_options``: the method's own options, named in the error for an unknown setting)."""
+    setup: Setup, spec: Any, init: GuideInit | Callable[[], GuideInit], seed: int,
+    settings: dict, run_options: Iterable[str], batch_size: int | None = None,
+):  # fmt: skip
+    """A guide from a registered name, a ``@bdl.guide`` function or a
+    :class:`~ppl_bdl.guides.Amortized`, with its settings checked (``run_options``: the method's
+    own options, named in the error for an unknown setting). ``init``: the guide's starting
+    point, or a function that makes it (prior draws: made only when a guide needs them)."""
+    get_init = init if callable(init) else (lambda: init)
+    if isinstance(spec, Amortized):
+        guide = AmortizedGuide(
+            spec, setup.trace, setup.layout, setup.params, seed, batch_size, get_init,
+            lambda layout, init_g: _registered(
+                spec.global_guide, layout, setup.backend, init_g, seed, settings, run_options
+            ),
+        )  # fmt: skip
+        if settings and guide.global_guide is None:
+            raise ConfigError(
+                f"option(s) {sorted(settings)} configure the amortized guide's global guide "
+                f"({spec.global_guide!r}), but model {setup.bound.name!r} has no latent site "
+                "outside the amortized sites for it. Leave them out."
+            )
+        return guide
     bound = bind_guide(spec, setup.bound)
     if bound is not None:
         if settings:
@@ -63,18 +82,24 @@ def build_guide(
                 f"option(s) {sorted(settings)} do not apply to a custom guide (they configure the "
                 "built-in guides). Known VI options: " + ", ".join(sorted(run_options)) + "."
             )
-        return CustomGuide(setup.layout, setup.backend, init, bound, seed=seed)
+        return CustomGuide(setup.layout, setup.backend, get_init(), bound, seed=seed)
     if not isinstance(spec, str):
         raise ConfigError(
-            f"guide must be a name ({', '.join(guide_registry.available())}) or a @bdl.guide "
-            f"function, got {type(spec).__name__}."
+            f"guide must be a name ({', '.join(guide_registry.available())}), a @bdl.guide "
+            f"function or guides.Amortized(encoder, sites=[...]), got {type(spec).__name__}."
         )
-    factory = guide_registry.get(spec)
+    return _registered(spec, setup.layout, setup.backend, get_init(), seed, settings, run_options)
+
+
+def _registered(name: str, layout, backend, init: GuideInit, seed: int, settings: dict,
+                run_options: Iterable[str]):  # fmt: skip
+    """The registered guide ``name`` on ``layout``, its settings checked against its factory."""
+    factory = guide_registry.get(name)
     accepted = set(inspect.signature(factory).parameters) - {"layout", "backend", "init", "seed"}
     unknown = set(settings) - accepted
     if unknown:
         raise ConfigError(
-            f"unknown option(s) {sorted(unknown)} for method='vi' with guide={spec!r}. Guide "
+            f"unknown option(s) {sorted(unknown)} for method='vi' with guide={name!r}. Guide "
             f"settings: {sorted(accepted) or 'none'}; VI options: {sorted(run_options)}."
         )
-    return factory(setup.layout, setup.backend, init, seed=seed, **settings)
+    return factory(layout, backend, init, seed=seed, **settings)

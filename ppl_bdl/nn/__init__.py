@@ -32,6 +32,7 @@ Example
 
 from .containers import MLP, Residual, Sequential
 from .conv import AvgPool2d, Conv2d, GlobalAvgPool2d, MaxPool2d
+from .init import initial_values
 from .layers import Dense, Flatten
 from .lift import Lifted, ModuleParts, lift
 from .module import ACTIVATIONS, Activation, Module, SampledNetwork, Site
@@ -60,5 +61,6 @@ __all__ = [
     "Site",
     "glorot_normal",
     "he_normal",
+    "initial_values",
     "lift",
 ]
