@@ -32,17 +32,18 @@ from typing import Any
 import numpy as np
 
 from ..backend_protocol import Batch, Transition
-from ..errors import ConfigError, InferenceError
+from ..errors import ConfigError, InferenceError, one_of
 from ..guides.base import FittedGuide, ParamLayout
 from ..layout import ModelDensity
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
-from ..optim import OptimizerConfig, unit_schedule
+from ..optim import OPTIMIZERS, OptimizerConfig, unit_schedule
 from .common import Setup, build_posterior
 from .driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from .minibatch import EpochBatches
 from .setup import minibatch_plate
 from .vi_guides import build_guide, guide_init
 from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, Plateau, segment_length
+from .vi_natural import NATURAL_OPTIMIZERS, NaturalConfig, natural_transition
 
 #: The learning rate of a guide by default (others: 0.01): a flow's coupling networks diverged
 #: at 0.01 on the shipped sine BNN (the loss went 185 -> 76,000 and sigma to 2.9 on NumPyro).
@@ -57,8 +58,10 @@ DEFAULT_PARTICLES = {"flow": 8}
 RUN_OPTIONS = {
     "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
     "lr", "momentum", "schedule", "decay", "clip_norm", "init_loc", "chunk_size",
-    "plateau_factor", "plateau_patience", "plateau_cuts",
+    "plateau_factor", "plateau_patience", "plateau_cuts", "beta1", "beta2",
 }  # fmt: skip
+#: The natural-gradient optimizers' lr (their step on the natural gradient) by default.
+NATURAL_LR = {"vogn": 0.1, "vadam": 0.01}
 #: The reduce-on-plateau rule's options (``schedule="plateau"`` only) and their Plateau fields.
 PLATEAU_OPTIONS = {
     "plateau_factor": "factor", "plateau_patience": "patience", "plateau_cuts": "max_cuts"
@@ -162,9 +165,11 @@ class VIRun:
         # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
         # is then left behind); a run of num_steps keeps a constant lr unless asked.
         schedule = run_opts.get("schedule", "plateau" if self.auto else "constant")
+        optimizer = run_opts.get("optimizer", "adam")
+        natural = _natural_options(optimizer, run_opts)
         opt_config = OptimizerConfig.build(
-            optimizer=run_opts.get("optimizer", "adam"),
-            lr=run_opts.get("lr", DEFAULT_LR.get(name, 1e-2)),
+            optimizer="adam" if natural else optimizer,
+            lr=run_opts.get("lr", NATURAL_LR[optimizer] if natural else DEFAULT_LR.get(name, 1e-2)),
             momentum=run_opts.get("momentum", 0.0), schedule=schedule,
             decay=run_opts.get("decay", 0.1), clip_norm=run_opts.get("clip_norm"),
             num_steps=num_steps,
@@ -206,7 +211,10 @@ class VIRun:
                 initial.update(self.model_params.initial())
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
-            self.transition = self._transition(be.optimizer(opt_config))
+            if natural:
+                self.transition = self._natural_transition(optimizer, spec, run_opts)
+            else:
+                self.transition = self._transition(be.optimizer(opt_config))
         #: The steps' learning rates: lr x the plateau's factor (``set_lr_scale``) x the
         #: schedule's shape at the run's step counter, evaluated in the compiled step.
         self.lr, self.lr_scale, self._unit = opt_config.lr, 1.0, unit_schedule(opt_config)
@@ -218,6 +226,21 @@ class VIRun:
 
     def _potential(self, theta, data, indices, params):
         return self.density.potential(theta, data, indices, params)
+
+    def _natural_transition(self, optimizer: str, spec: Any, run_opts: dict) -> Transition:
+        """The natural-gradient step (:mod:`~ppl_bdl.inference.vi_natural`) for the guide."""
+        plates = self.setup.trace.observed_plates
+        config = NaturalConfig.build(
+            optimizer, spec, self.objective, self.model_params is not None,
+            next(iter(plates.values())) if len(plates) == 1 else 1,
+            run_opts.get("beta1"), run_opts.get("beta2"),
+        )  # fmt: skip
+        be = self.setup.backend
+        example_idx = be.asarray(np.zeros(self.batch_size), "int") if self.minibatch else None
+        return natural_transition(
+            config, be, self._potential, self.minibatch[0] if self.minibatch else None,
+            self.kl, self._initial, example_idx, self.density.data,
+        )  # fmt: skip
 
     def _transition(self, optimizer) -> Transition:
         """The VI step: noise from the key, the objective's value_and_grad, the gated update."""
@@ -349,3 +372,19 @@ class VIRun:
         params = {k: be.asarray(v) for k, v in current.items()}
         with be.scope(), be.activate():
             return self.model_params.constrained(params, be.math)
+
+
+def _natural_options(optimizer: Any, run_opts: dict) -> bool:
+    """Whether ``optimizer`` is a natural-gradient one; the options it does not take refused."""
+    if optimizer not in OPTIMIZERS + NATURAL_OPTIMIZERS:
+        raise one_of("optimizer", optimizer, OPTIMIZERS + NATURAL_OPTIMIZERS)
+    natural = optimizer in NATURAL_OPTIMIZERS
+    given = [k for k in ("momentum", "clip_norm") if k in run_opts] if natural else []
+    given += [k for k in ("beta1", "beta2") if k in run_opts and not natural]
+    if given:
+        applies = "optimizer='sgd'/'adam'" if natural else "optimizer='vogn'/'vadam'"
+        raise ConfigError(
+            f"option(s) {', '.join(given)} do not apply to optimizer={optimizer!r} (they apply to "
+            f"{applies}). Leave them out."
+        )
+    return natural
