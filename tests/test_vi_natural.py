@@ -65,7 +65,7 @@ def _steps_to_stay_below(path):
 
 #: Both with 4 gradient evaluations per step (vogn: 2 antithetic pairs; Adam: 4 particles),
 #: from the same start; Adam with the settings that meet this bar in test_vi_gaussian.py.
-VOGN = dict(optimizer="vogn", lr=0.1, num_particles=2, init_scale=0.1)
+VOGN = dict(optimizer="vogn", curvature="hessian", lr=0.1, num_particles=2, init_scale=0.1)
 ADAM = dict(optimizer="adam", lr=0.05, num_particles=4, init_scale=0.1,
             schedule="exponential", decay=0.005)  # fmt: skip
 
@@ -118,9 +118,14 @@ def _fit_small(**kw):
         (dict(optimizer="vogn", objective="iwae", num_particles=2),
          "maximises the ELBO, got objective='iwae'"),
         (dict(optimizer="vadam", num_particles=3), "one weight sample.*num_particles=3"),
+        (dict(optimizer="vogn", num_particles=2), "curvature='ggn' draws one weight sample"),
+        (dict(optimizer="vadam", curvature="ggn"), "curvature='ggn' applies to optimizer='vogn'"),
+        (dict(optimizer="vogn", curvature="fisher"),
+         "unknown curvature 'fisher'; expected one of: 'ggn', 'hessian'"),
         (dict(optimizer="vogn", momentum=0.9), "momentum do not apply to optimizer='vogn'"),
         (dict(optimizer="vogn", clip_norm=1.0), "clip_norm do not apply"),
         (dict(optimizer="adam", beta2=0.99), "beta2 do not apply to optimizer='adam'"),
+        (dict(optimizer="adam", curvature="ggn"), "curvature do not apply to optimizer='adam'"),
         (dict(optimizer="vogn", beta1=1.0), "beta1 must be a number in \\[0, 1\\), got 1.0"),
         (dict(optimizer="newton"), "unknown optimizer 'newton'.*'vadam'.*'vogn'"),
     ],
@@ -155,8 +160,9 @@ def test_minibatches_and_a_non_normal_prior(backend):
             bdl.sample("y", dist.Normal(X[idx] @ w, sigma), obs=y[idx])
 
     X, y = _data(n=400, seed=2)
-    post = bdl.fit(noisy(X, y), backend=backend, method="vi", optimizer="vogn", batch_size=50,
-                   num_steps=600, num_samples=400, progress=False, seed=1)  # fmt: skip
+    # The default curvature, "ggn": per-example squared gradients (a loop of 20 on Pyro).
+    post = bdl.fit(noisy(X, y), backend=backend, method="vi", optimizer="vogn", batch_size=20,
+                   num_steps=400, num_samples=400, progress=False, seed=1)  # fmt: skip
     # Within 4 of the noise scale's posterior sd (~0.018 at N = 400) plus the guide's bias.
     assert abs(post.samples["sigma"].mean() - NOISE) < 0.08
     np.testing.assert_allclose(post.samples["w"].reshape(-1, 3).mean(0), [1.0, -1.0, 0.5],

@@ -43,7 +43,7 @@ from .minibatch import EpochBatches
 from .setup import minibatch_plate
 from .vi_guides import build_guide, guide_init
 from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, Plateau, segment_length
-from .vi_natural import NATURAL_OPTIMIZERS, NaturalConfig, natural_transition
+from .vi_natural import NATURAL_OPTIMIZERS, build_natural
 
 #: The learning rate of a guide by default (others: 0.01): a flow's coupling networks diverged
 #: at 0.01 on the shipped sine BNN (the loss went 185 -> 76,000 and sigma to 2.9 on NumPyro).
@@ -59,9 +59,10 @@ RUN_OPTIONS = {
     "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
     "lr", "momentum", "schedule", "decay", "clip_norm", "init_loc", "chunk_size",
     "plateau_factor", "plateau_patience", "plateau_cuts", "beta1", "beta2",
+    "curvature",
 }  # fmt: skip
 #: The natural-gradient optimizers' lr (their step on the natural gradient) by default.
-NATURAL_LR = {"vogn": 0.1, "vadam": 0.01}
+NATURAL_LR = {"vogn": 0.05, "vadam": 0.01}
 #: The reduce-on-plateau rule's options (``schedule="plateau"`` only) and their Plateau fields.
 PLATEAU_OPTIONS = {
     "plateau_factor": "factor", "plateau_patience": "patience", "plateau_cuts": "max_cuts"
@@ -229,17 +230,10 @@ class VIRun:
 
     def _natural_transition(self, optimizer: str, spec: Any, run_opts: dict) -> Transition:
         """The natural-gradient step (:mod:`~ppl_bdl.inference.vi_natural`) for the guide."""
-        plates = self.setup.trace.observed_plates
-        config = NaturalConfig.build(
-            optimizer, spec, self.objective, self.model_params is not None,
-            next(iter(plates.values())) if len(plates) == 1 else 1,
-            run_opts.get("beta1"), run_opts.get("beta2"),
-        )  # fmt: skip
-        be = self.setup.backend
-        example_idx = be.asarray(np.zeros(self.batch_size), "int") if self.minibatch else None
-        return natural_transition(
-            config, be, self._potential, self.minibatch[0] if self.minibatch else None,
-            self.kl, self._initial, example_idx, self.density.data,
+        return build_natural(
+            self.setup, optimizer, spec, run_opts, self.objective, self.model_params is not None,
+            self.minibatch, self.batch_size, self._potential, self.kl, self._initial,
+            self.density.data,
         )  # fmt: skip
 
     def _transition(self, optimizer) -> Transition:
@@ -380,7 +374,7 @@ def _natural_options(optimizer: Any, run_opts: dict) -> bool:
         raise one_of("optimizer", optimizer, OPTIMIZERS + NATURAL_OPTIMIZERS)
     natural = optimizer in NATURAL_OPTIMIZERS
     given = [k for k in ("momentum", "clip_norm") if k in run_opts] if natural else []
-    given += [k for k in ("beta1", "beta2") if k in run_opts and not natural]
+    given += [k for k in ("beta1", "beta2", "curvature") if k in run_opts and not natural]
     if given:
         applies = "optimizer='sgd'/'adam'" if natural else "optimizer='vogn'/'vadam'"
         raise ConfigError(

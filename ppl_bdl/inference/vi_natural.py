@@ -64,9 +64,11 @@ from typing import Any
 import numpy as np
 
 from ..backend_protocol import Batch, Transition
-from ..errors import ConfigError
+from ..errors import ConfigError, one_of
+from .setup import minibatch_plate
 
 NATURAL_OPTIMIZERS = ("vogn", "vadam")
+CURVATURES = ("ggn", "hessian")
 #: (β₁, β₂) by default: Adam's, as in the paper's Vadam.
 DEFAULT_BETAS = (0.9, 0.999)
 #: The per-step decay of the initial precision's weight in ŝ (one draw's weight at t = 0).
@@ -77,18 +79,20 @@ INIT_DECAY = 0.9
 class NaturalConfig:
     """A natural-gradient run's settings: ``optimizer`` ("vogn" | "vadam"), ``beta1`` (the
     gradient's momentum), ``beta2`` (the curvature's running average), ``num_particles`` K
-    (vogn: K antithetic pairs; vadam: 1) and ``num_data`` N (vadam's σ)."""
+    (vogn: K antithetic pairs; vadam: 1), ``num_data`` N (vadam's σ) and ``curvature``
+    (vogn's h: "ggn" or "hessian")."""
 
     optimizer: str
     beta1: float
     beta2: float
     num_particles: int
     num_data: int
+    curvature: str = "ggn"
 
     @classmethod
     def build(
         cls, optimizer: str, guide: Any, objective: Any, has_model_params: bool,
-        num_data: int, beta1: Any = None, beta2: Any = None,
+        num_data: int, beta1: Any = None, beta2: Any = None, curvature: Any = None,
     ) -> NaturalConfig:  # fmt: skip
         """Check that the run is one the update applies to and build its settings."""
         if guide != "meanfield":
@@ -109,11 +113,20 @@ class NaturalConfig:
                 "bdl.param sites (point estimates). Give them priors (bdl.sample) or use "
                 "optimizer='adam'."
             )
-        if optimizer == "vadam" and objective.num_particles != 1:
+        if curvature is not None and optimizer != "vogn":
             raise ConfigError(
-                f"optimizer='vadam' draws one weight sample per step (Khan et al. 2018, Fig. 1), "
-                f"got num_particles={objective.num_particles}. Leave num_particles out, or use "
-                "optimizer='vogn' (K antithetic pairs)."
+                f"curvature={curvature!r} applies to optimizer='vogn' only (vadam's is the squared "
+                "minibatch gradient). Leave it out, or use optimizer='vogn'."
+            )
+        curvature = "ggn" if curvature is None else curvature
+        if curvature not in CURVATURES:
+            raise one_of("curvature", curvature, CURVATURES)
+        if (optimizer == "vadam" or curvature == "ggn") and objective.num_particles != 1:
+            which = "optimizer='vadam'" if optimizer == "vadam" else "curvature='ggn'"
+            raise ConfigError(
+                f"{which} draws one weight sample per step (Khan et al. 2018), got "
+                f"num_particles={objective.num_particles}. Leave num_particles out, or use "
+                "optimizer='vogn' with curvature='hessian' (K antithetic pairs)."
             )
         betas = []
         for name, value, default in (("beta1", beta1, DEFAULT_BETAS[0]),
@@ -125,12 +138,45 @@ class NaturalConfig:
             ):  # fmt: skip
                 raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}.")
             betas.append(float(value))
-        return cls(optimizer, betas[0], betas[1], objective.num_particles, max(int(num_data), 1))
+        return cls(
+            optimizer, betas[0], betas[1], objective.num_particles, max(int(num_data), 1),
+            curvature,
+        )  # fmt: skip
+
+
+def build_natural(
+    setup, optimizer: str, spec: Any, run_opts: dict, objective, has_model_params: bool,
+    minibatch, batch_size: int | None, potential, kl, initial: dict, data,
+) -> Transition:  # fmt: skip
+    """The natural-gradient transition of a VI run: its settings checked (:class:`NaturalConfig`),
+    and on a full batch with curvature "ggn" the plate whose points give the per-example
+    gradients."""
+    plates = setup.trace.observed_plates
+    config = NaturalConfig.build(
+        optimizer, spec, objective, has_model_params,
+        next(iter(plates.values())) if len(plates) == 1 else 1,
+        run_opts.get("beta1"), run_opts.get("beta2"), run_opts.get("curvature"),
+    )  # fmt: skip
+    be, plate, all_idx = setup.backend, None, None
+    example_idx = be.asarray(np.zeros(batch_size), "int") if minibatch else None
+    if minibatch:
+        plate = minibatch[0]
+    elif config.optimizer == "vogn" and config.curvature == "ggn":
+        if len(plates) != 1:  # per-example gradients need the points of one plate
+            raise ConfigError(
+                "optimizer='vogn' with curvature='ggn' (per-example squared gradients) needs "
+                f"one plate around the observed sites; found {sorted(plates) or 'none'}. Wrap "
+                "the likelihood in `with bdl.plate('data', N) as idx:`, or pass "
+                "curvature='hessian'."
+            )
+        plate, size = minibatch_plate(setup, config.num_data)
+        all_idx = be.asarray(np.arange(size), "int")
+    return natural_transition(config, be, potential, plate, kl, initial, example_idx, data, all_idx)
 
 
 def natural_transition(
     config: NaturalConfig, backend, potential, plate: str | None, kl, initial: dict,
-    example_indices=None, data=None,
+    example_indices=None, data=None, all_indices=None,
 ) -> Transition:  # fmt: skip
     """The natural-gradient step as a driver :class:`Transition` (equations: the module's).
 
@@ -138,7 +184,8 @@ def natural_transition(
     out), ``plate`` the minibatched plate (None: full batch), ``kl`` the
     :class:`~ppl_bdl.objectives.AnalyticKL` of the fixed-Normal-prior sites (or None), and
     ``initial`` the guide's initial ``loc`` and ``rho``. Info: ``loss`` (the negative ELBO at
-    the step's draws, the entropy in its expectation) and ``grad_norm`` (of g).
+    the step's draws, the entropy in its expectation) and ``grad_norm`` (of g). ``all_indices``
+    (curvature "ggn" on full batches): every point of ``plate``, the batch of a full-batch step.
     """
     be, m = backend, backend.math
     dim = int(np.asarray(initial["loc"]).shape[0])
@@ -151,6 +198,8 @@ def natural_transition(
     n_mc = float(np.sum(lam_np == 0.0))  # coordinates whose entropy term is Monte Carlo's
     const = -0.5 * n_mc * (1.0 + _pymath.log(2.0 * _pymath.pi)) + log_s0
     vogn = config.optimizer == "vogn"
+    hessian = vogn and config.curvature == "hessian"
+    ggn = vogn and not hessian
     pairs = config.num_particles
     b1, b2 = config.beta1, config.beta2
     n_data = float(config.num_data)
@@ -161,11 +210,27 @@ def natural_transition(
             return m.sum(potential(thetas[0], batch.data, indices, None))
         return m.sum(be.vmap(lambda t: potential(t, batch.data, indices, None))(thetas))
 
-    rows = 2 * pairs if vogn else 1
-    value_and_grad = be.value_and_grad(total)
+    def one(theta, data, index):  # U at θ on one point (scaled N / 1)
+        return potential(theta, data, {plate: m.reshape(index, (1,))}, None)
+
     with be.scope(), be.activate():
-        example = (be.asarray(np.zeros((rows, dim))), Batch(data, example_indices))
-        value_and_grad = be.trace(value_and_grad, example)
+        if ggn:
+            # One point's gradient compiled (traced on torch) and mapped over the batch's points:
+            # a trace of the mapped function would unroll the batch (a minute to build on torch).
+            example = (be.asarray(np.zeros(dim)), data, be.asarray(np.zeros(()), "int"))
+            one_grad = be.trace(be.value_and_grad(one), example)
+            per_point = be.vmap(one_grad, in_axes=(None, None, 0))
+
+            def value_and_grad(theta, batch):
+                """U, ∇U on each point of the batch alone, shaped (M,), (M, d): their means
+                are the minibatch's U and ∇U."""
+                return per_point(theta, batch.data, batch.indices)
+        else:
+            example = (
+                be.asarray(np.zeros((2 * pairs if hessian else 1, dim))),
+                Batch(data, example_indices),
+            )
+            value_and_grad = be.trace(be.value_and_grad(total), example)
         lam, m0 = be.asarray(lam_np), be.asarray(m0_np)
         sigma0 = np.logaddexp(0.0, np.asarray(initial["rho"], dtype=float))
         s0 = np.maximum(1.0 / sigma0**2 - lam_np, 0.0)
@@ -177,21 +242,30 @@ def natural_transition(
         return {"params": params, "m": zeros, "s": zeros, "t": m.sum(zeros)}
 
     def step(key, state, batch, lr):
+        if ggn and batch.indices is None:  # a full batch: each point's gradient
+            batch = Batch(batch.data, all_indices)
         loc, rho = state["params"]["loc"], state["params"]["rho"]
         sigma = m.softplus(rho)
-        if vogn:
+        if hessian:
             eps = be.random.normal(key, (pairs, dim))
             thetas = m.concatenate([loc + sigma * eps, loc - sigma * eps], axis=0)
         else:
             eps = be.random.normal(key, (1, dim))
             thetas = loc + sigma * eps
-        u_sum, grads = value_and_grad(thetas, batch)
-        prior_grad = lam * (loc - m0)
+        if ggn:
+            values, grads = value_and_grad(thetas[0], batch)
+            u_mean = m.mean(values)
+        else:
+            u_sum, grads = value_and_grad(thetas, batch)
+            u_mean = u_sum / thetas.shape[0]
         grad_u = m.mean(grads, axis=0)
-        g = grad_u + prior_grad
-        if vogn:
+        g = grad_u + lam * (loc - m0)
+        if hessian:
             diff = grads[:pairs] - grads[pairs:]
             h = m.mean(diff * eps, axis=0) / (2.0 * sigma)
+        elif ggn:
+            dev = grads - grad_u
+            h = m.mean(dev * dev, axis=0) / n_data
         else:
             h = grad_u * grad_u
         t = state["t"] + 1.0
@@ -213,11 +287,7 @@ def natural_transition(
         log_sigma = m.log(sigma)
         kl_terms = -log_sigma + 0.5 * lam * (sigma * sigma + (loc - m0) ** 2) - 0.5
         is_kl = lam > 0.0
-        loss = (
-            u_sum / thetas.shape[0]
-            + m.sum(m.where(is_kl, kl_terms, -log_sigma))
-            + const
-        )
+        loss = u_mean + m.sum(m.where(is_kl, kl_terms, -log_sigma)) + const
         grad_norm = m.sqrt(m.sum(g * g))
         new = {"params": {"loc": new_loc, "rho": new_rho}, "m": mom, "s": s, "t": t}
         return new, {"loss": loss, "grad_norm": grad_norm}
