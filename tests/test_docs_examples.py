@@ -6,6 +6,7 @@ import re
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ppl_bdl.diagnostics import ConvergenceWarning
@@ -77,3 +78,14 @@ def test_cavi_section_example_runs_as_written():
     assert post.settings["converged"] and min(elbo[1:] - elbo[:-1]) >= -1e-4 * abs(elbo[-1])
     assert sorted(post.guide.params["locs"]["loc"]) == pytest.approx([-5.21, 5.04], abs=0.01)
     assert post.samples["z"].shape == (1, 1000, 200)
+
+
+def test_natural_gradient_section_example_runs_as_written():
+    namespace: dict = {}
+    code = _block_under("inference.md", "## Natural-gradient mean-field VI")
+    exec(compile(code, "docs/inference.md (VOGN)", "exec"), namespace)
+    post, X, y, precision = (namespace[k] for k in ("post", "X", "y", "precision"))
+    var = 1.0 / np.diag(precision)
+    mean = np.linalg.solve(precision, X.T @ y / 0.5**2)
+    np.testing.assert_allclose(post.guide.params["loc"], mean, atol=0.1 * np.sqrt(var).min())
+    np.testing.assert_allclose(post.guide.params["scale"] ** 2, var, rtol=0.1)
