@@ -80,6 +80,7 @@ def test_cavi_section_example_runs_as_written():
     assert post.samples["z"].shape == (1, 1000, 200)
 
 
+@pytest.mark.slow  # ~20 s; the default suite checks the same bar in test_vi_natural.py
 def test_natural_gradient_section_example_runs_as_written():
     namespace: dict = {}
     code = _block_under("inference.md", "## Natural-gradient mean-field VI")
