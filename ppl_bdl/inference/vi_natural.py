@@ -6,25 +6,31 @@ Scalable Bayesian Deep Learning by Weight-Perturbation in Adam" (ICML), written 
 The guide is q(θ) = N(μ, diag(1/P)), P the precision. In the units of the potential
 U(θ) = −log p(D | θ) − log p_rest(θ) (N-scaled on a minibatch; the sites whose prior is a Normal
 with fixed mean m₀ and precision λ = 1/s₀² are left out of U and enter in closed form, as in
-the ELBO's analytic KL), one step t = 1, 2, ... is (Khan et al. 2018, VON, Eqs. 5-6, with Adam's
-momentum and bias corrections as in their Vadam, Fig. 1)::
+the ELBO's analytic KL), one step t = 1, 2, ... is (Khan et al. 2018: the variational online
+Newton update, VON, and its variants VOGN and Vadam, with Adam's momentum and bias corrections
+as in their Vadam, Fig. 1)::
 
-    θ_k± = μ ± σ ⊙ ε_k,  ε_k ~ N(0, I),  σ = P^(-1/2)                    (K antithetic pairs)
-    g    = mean_k,± ∇U(θ_k±) + λ (μ − m₀)                   (∇_μ of the negative ELBO)
+    θ    = μ + σ ⊙ ε,  ε ~ N(0, I),  σ = P^(-1/2)        (K antithetic pairs μ ± σ ⊙ ε_k: hessian)
+    g    = mean over the draws of ∇U(θ) + λ (μ − m₀)         (∇_μ of the negative ELBO)
     m    ← β₁ m + (1 − β₁) g,             m̂ = m / (1 − β₁ᵗ)
     s    ← β₂ s + (1 − β₂) h,             ŝ = (s + cₜ s₀) / (1 − β₂ᵗ + cₜ),  cₜ = (1 − β₂) 0.9ᵗ
     μ    ← μ − α m̂ / (c(ŝ) + λ)
     P    = ŝ + λ                                                 (vogn)
     P    = ŝ / N + λ                                             (vadam)
 
-- ``vogn`` (variational online Newton): h estimates the diagonal of E_q[∇²U], from the same
-  draws as g: h = mean_k (∇U(θ_k+) − ∇U(θ_k−)) ⊙ ε_k / (2σ), Price's theorem by the
-  reparameterisation trick (Opper & Archambeau 2009; Rezende et al. 2014), whose expectation is
-  E_q[diag ∇²U] for any U (exactly diag ∇²U on a quadratic U), and c(ŝ) = ŝ. At its fixed
-  point P = E_q[diag ∇²U] + λ and E_q[∇U] + λ(μ − m₀) = 0: the stationarity conditions of the
-  mean-field ELBO, so on a conjugate Gaussian model it lands on the exact mean-field optimum.
-  (The paper's VOGN takes h from per-example squared gradients, a Gauss-Newton approximation;
-  the Hessian form needs no per-example gradients and is exact where the optimum is known.)
+- ``vogn``: c(ŝ) = ŝ, and h, the curvature of U along each coordinate, by ``curvature``:
+
+  - "ggn" (the default; the paper's VOGN): per-example squared gradients, h = Σ_n (∂u_n)²
+    estimated on the batch's M points as (1/N) mean_i (∇U_i − ∇U)², ∇U_i the gradient of U on
+    point i alone (scaled N / 1, so ∇U_i − ∇U = N (∇ℓ_i − mean ∇ℓ)): a Gauss-Newton (empirical
+    Fisher) approximation of the Hessian, centred (the mean gradient, ~λμ/N at the optimum,
+    is left out). Positive, so stable on networks; one draw per step.
+  - "hessian": the diagonal of E_q[∇²U] from K antithetic pairs, h = mean_k (∇U(θ_k+) −
+    ∇U(θ_k−)) ⊙ ε_k / (2σ), Price's theorem by the reparameterisation trick (Opper &
+    Archambeau 2009; Rezende et al. 2014): exact in expectation for any U. At its fixed point
+    P = E_q[diag ∇²U] + λ and E_q[∇U] + λ(μ − m₀) = 0, the stationarity conditions of the
+    mean-field ELBO, so on a conjugate Gaussian model it lands on the exact mean-field optimum;
+    on a non-convex U (a ReLU network) its early estimates can be negative and the run diverge.
 - ``vadam``: the paper's Fig. 1: one draw per step (K = 1, no antithetic pair), h = (g − λ(μ −
   m₀))² the squared minibatch gradient of U, c(ŝ) = √ŝ, and σ from N s_paper = ŝ / N with N
   the data plate's size (1 for a model without one): the empirical Fisher of the minibatch
