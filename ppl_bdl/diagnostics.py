@@ -25,7 +25,7 @@ False
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -155,6 +155,8 @@ def check_fit(post, log_weights=None) -> Diagnostics:
     >>> check_fit(Posterior(samples={"mu": stuck}, method="sgld")).kinds()
     ['rhat', 'ess_bulk']
     """
+    if post.method == "vi" and np.ndim(post.losses) == 2:  # several fits: each checked
+        return Diagnostics(vi_fits_findings(post.losses, post.settings, log_weights))
     if post.method == "vi":
         return Diagnostics(vi_findings(post.losses, post.settings, log_weights))
     if post.method == "cavi":
@@ -266,6 +268,17 @@ def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
                 "p/q with a heavy tail): trust its means more than its tails; try a richer "
                 "guide (lowrank, flow) or MCMC",
             ))  # fmt: skip
+    return findings
+
+
+def vi_fits_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
+    """:func:`vi_findings` of each of several VI fits (``num_chains``; losses (fit, step), the
+    run's per-fit settings as lists), each finding naming its fit."""
+    findings = []
+    for c, curve in enumerate(losses):
+        own = {k: v[c] if isinstance(v, list) else v for k, v in settings.items()}
+        weights = log_weights[c] if log_weights is not None else None
+        findings += [replace(f, sites=(f"fit {c}",)) for f in vi_findings(curve, own, weights)]
     return findings
 
 

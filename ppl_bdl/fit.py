@@ -49,7 +49,8 @@ def fit(
     seed: int = 0,
     init: Any = None,
     precision: str = "float32",
-    device: str | None = None,
+    device: str | list[str] | None = None,
+    shard: str | None = None,
     progress: bool | None = None,
     log_likelihood: bool = True,
     strict: bool = False,
@@ -75,8 +76,9 @@ def fit(
         ``num_samples`` draws are kept per chain; a chain runs ``num_warmup + num_samples * thinning``
         steps on every method and backend (defaults: 1000 warmup steps, 4 chains, no thinning).
         VI fits one guide for ``num_steps`` steps and keeps ``num_samples`` draws from it, so
-        ``num_warmup``, ``num_chains`` (other than 1), ``thinning`` and ``init`` (VI's start is
-        ``init_loc``) are errors there, not silently ignored.
+        ``num_warmup``, ``thinning`` and ``init`` (VI's start is ``init_loc``) are errors
+        there, not silently ignored; ``num_chains`` (default 1) runs that many independent VI
+        fits side by side, one chain of the posterior each.
     seed : int
         Same seed, same backend: same draws.
     init : "median" | "uniform" | "prior" | dict | Posterior
@@ -85,10 +87,17 @@ def fit(
         sound start for small models; "uniform": uniform on [-2, 2] in the unconstrained space,
         Stan's overdispersed start, and the default for a model with a flat prior).
     precision : "float32" | "float64"
-    device : str, optional
+    device : str or list of str, optional
         Where the data and the computation live: "cpu", "cuda", "cuda:1", ... (None: the
         backend's default device: JAX's default device, or torch's default, the CPU unless
-        changed). The posterior's arrays come back as NumPy.
+        changed). The posterior's arrays come back as NumPy. Several devices: a list,
+        ``["cuda:0", "cuda:1"]``, or every device of a kind, ``"cuda:*"``; the work is split
+        over them as ``shard`` says, and the draws are those of one device (docs/scale.md;
+        Pyro: ``shard="data"`` only, one ``torch.distributed`` process per device).
+    shard : "chains" | "data", optional
+        What is split over several devices: "chains" (the default: each device runs its share
+        of the chains) or "data" (each step's minibatch, for one chain or a few; needs
+        ``batch_size`` divisible by the number of devices).
     progress : bool, optional
         A progress bar with an ETA (default: on a terminal, off in CI).
     log_likelihood : bool
@@ -122,8 +131,9 @@ def fit(
         chains that did in ``error.partial``.
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
-        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or
-        "vectorized"); for SG-MCMC and VI see their docs.
+        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential",
+        the default on one device, or "vectorized", the default with chains split over several
+        devices); for SG-MCMC and VI see their docs.
 
     Returns
     -------
@@ -146,12 +156,14 @@ def fit(
     progress = _want_progress(progress)
     mcmc = dict(backend=backend, method=method, num_warmup=num_warmup, num_samples=num_samples,
                 num_chains=num_chains, thinning=thinning, seed=seed, init=init,
-                precision=precision, device=device, progress=progress,
+                precision=precision, device=device, shard=shard, progress=progress,
                 log_likelihood=log_likelihood, hold_params=hold_params, options=options)  # fmt: skip
     if not isinstance(strict, bool):
         raise ConfigError(f"strict must be True or False, got {strict!r}.")
     settings = dict(method=method, backend=backend, precision=precision, device=device,
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    if shard is not None:
+        settings["shard"] = shard
     if method in ("cavi", "vi") and executor is not None:
         raise ConfigError(
             f"executor={executor!r} does not apply to method={method!r}: an executor runs the "
@@ -160,19 +172,14 @@ def fit(
         )
     if method == "cavi":
         check_cavi_call(num_chains, num_warmup, thinning, init)
-        setup = prepare(bound, backend, precision, seed, device)
+        setup = prepare(bound, backend, precision, seed, device, shard=shard)
+        _one_device(setup, method)
         setup.settings.update(settings, num_samples=num_samples, **_where(setup))
         _check_params(setup, method, hold_params)
         post = run_cavi(setup, _positive_int("num_samples", num_samples), seed, progress,
                         log_likelihood, **options)  # fmt: skip
         return _diagnose(post, setup, strict)
     if method == "vi":
-        if num_chains not in (None, 1):
-            raise ConfigError(
-                f"num_chains={num_chains!r} does not apply to method='vi': VI fits one guide. "
-                "Leave num_chains out (draws from the fitted guide: num_samples), or run several "
-                "fits with different seeds."
-            )
         unused = {"num_warmup": num_warmup, "thinning": thinning, "init": init}
         given = sorted(k for k, v in unused.items() if v is not None)
         if given:
@@ -186,11 +193,15 @@ def fit(
                 "hold_params=True does not apply to method='vi': VI fits the model's bdl.param "
                 "sites as point estimates. Leave it out."
             )
-        setup = prepare(bound, backend, precision, seed, device)
+        setup = prepare(bound, backend, precision, seed, device, shard=shard)
         setup.settings.update(settings, num_samples=num_samples, **_where(setup))
+        if num_chains is not None:
+            setup.settings["num_chains"] = num_chains
         post = run_vi(
             setup, num_samples=_positive_int("num_samples", num_samples), seed=seed,
-            progress=progress, log_likelihood=log_likelihood, **options
+            progress=progress, log_likelihood=log_likelihood,
+            num_chains=_positive_int("num_chains", 1 if num_chains is None else num_chains),
+            **options,
         )  # fmt: skip
         return _diagnose(post, setup, strict)
     runner = _executor(executor)
@@ -234,8 +245,8 @@ def _check_mcmc(method, num_warmup, num_samples, num_chains, thinning, chain_ids
 
 
 def _fit_mcmc(bound, *, backend, method, num_warmup, num_samples, num_chains, thinning, seed,
-              init, precision, device, progress, log_likelihood, hold_params, chain_ids,
-              options):  # fmt: skip
+              init, precision, device, shard, progress, log_likelihood, hold_params,
+              chain_ids, options):  # fmt: skip
     """NUTS, HMC or an SG-MCMC kernel on ``bound``: the posterior (of ``chain_ids``) and the
     setup, without the post-fit checks."""
     entry, config, num_chains, chain_ids, num_warmup, thinning = _check_mcmc(
@@ -252,9 +263,11 @@ def _fit_mcmc(bound, *, backend, method, num_warmup, num_samples, num_chains, th
         log_likelihood=log_likelihood,
         chain_ids=chain_ids,
     )
-    setup = prepare(bound, backend, precision, seed, device)
+    setup = prepare(bound, backend, precision, seed, device, shard=shard)
     setup.settings.update(method=method, backend=backend, precision=precision, device=device,
                           seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    if shard is not None:
+        setup.settings["shard"] = shard
     setup.settings.update(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                           thinning=thinning, **_where(setup))  # fmt: skip
     _check_params(setup, method, hold_params)
@@ -307,6 +320,16 @@ def _warn_cost(setup, method: str) -> None:
             "max_tree_depth=5 to bound the cost.",
             CostWarning,
             stacklevel=3,
+        )
+
+
+def _one_device(setup, method: str) -> None:
+    """A method with no chains or minibatches to split runs on one device."""
+    be = setup.backend
+    if be.device_count > 1:
+        raise ConfigError(
+            f"method={method!r} runs on one device; device={be.device!r} names "
+            f"{be.device_count}. Name one device."
         )
 
 

@@ -71,10 +71,13 @@ import numpy as np
 
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError, one_of
+from ..optim import OPTIMIZERS
 from .setup import minibatch_plate
 
 NATURAL_OPTIMIZERS = ("vogn", "vadam")
 CURVATURES = ("ggn", "hessian")
+#: The natural-gradient optimizers' lr (their step on the natural gradient) by default.
+NATURAL_LR = {"vogn": 0.05, "vadam": 0.01}
 #: (β₁, β₂) by default: Adam's, as in the paper's Vadam.
 DEFAULT_BETAS = (0.9, 0.999)
 #: The per-step decay of the initial precision's weight in ŝ (one draw's weight at t = 0).
@@ -150,10 +153,29 @@ class NaturalConfig:
         )  # fmt: skip
 
 
-def build_natural(
-    setup, optimizer: str, spec: Any, run_opts: dict, objective, has_model_params: bool,
-    minibatch, batch_size: int | None, potential, kl, initial: dict, data,
-) -> Transition:  # fmt: skip
+def natural_options(optimizer: Any, run_opts: dict) -> bool:
+    """Whether ``optimizer`` is a natural-gradient one; the options it does not take refused."""
+    if optimizer not in OPTIMIZERS + NATURAL_OPTIMIZERS:
+        raise one_of("optimizer", optimizer, OPTIMIZERS + NATURAL_OPTIMIZERS)
+    natural = optimizer in NATURAL_OPTIMIZERS
+    given = [k for k in ("momentum", "clip_norm", "gradient") if k in run_opts] if natural else []
+    given += [k for k in ("beta1", "beta2", "curvature") if k in run_opts and not natural]
+    if given:
+        applies = "optimizer='sgd'/'adam'" if natural else "optimizer='vogn'/'vadam'"
+        raise ConfigError(
+            f"option(s) {', '.join(given)} do not apply to optimizer={optimizer!r} (they apply to "
+            f"{applies}). Leave them out."
+        )
+    return natural
+
+
+def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
+    """The natural-gradient transition of a VI run (a :class:`~ppl_bdl.inference.vi.VIRun`
+    being set up): its settings checked (:class:`NaturalConfig`), and on a full batch with
+    curvature "ggn" the plate whose points give the per-example gradients."""
+    setup, objective, minibatch = run.setup, run.objective, run.minibatch
+    has_model_params, batch_size = run.model_params is not None, run.batch_size
+    potential, kl, initial, data = run._potential, run.kl, run._initial, run.density.data
     """The natural-gradient transition of a VI run: its settings checked (:class:`NaturalConfig`),
     and on a full batch with curvature "ggn" the plate whose points give the per-example
     gradients."""
@@ -182,7 +204,7 @@ def build_natural(
 
 def natural_transition(
     config: NaturalConfig, backend, potential, plate: str | None, kl, initial: dict,
-    example_indices=None, data=None, all_indices=None,
+    example_indices=None, data=None, all_indices=None, unpack=None,
 ) -> Transition:  # fmt: skip
     """The natural-gradient step as a driver :class:`Transition` (equations: the module's).
 
@@ -238,14 +260,17 @@ def natural_transition(
             )
             value_and_grad = be.trace(be.value_and_grad(total), example)
         lam, m0 = be.asarray(lam_np), be.asarray(m0_np)
-        sigma0 = np.logaddexp(0.0, np.asarray(initial["rho"], dtype=float))
-        s0 = np.maximum(1.0 / sigma0**2 - lam_np, 0.0)
-        s_init = be.asarray(s0 if vogn else s0 * n_data)  # in ŝ's units: vadam's is N x
 
     def init(key, position, data):
-        params = {k: be.asarray(np.asarray(v, dtype=float)) for k, v in initial.items()}
+        # The fit's own start (the driver's position: the run's packed parameters).
+        values = initial if unpack is None else unpack(np.asarray(be.to_numpy(position)))
+        values = {k: np.asarray(values[k], dtype=float) for k in ("loc", "rho")}
+        sigma0 = np.logaddexp(0.0, values["rho"])
+        s0 = np.maximum(1.0 / sigma0**2 - lam_np, 0.0)  # the initial precision, in ŝ's units
+        params = {k: be.asarray(v) for k, v in values.items()}
         zeros = m.zeros_like(params["loc"])
-        return {"params": params, "m": zeros, "s": zeros, "t": m.sum(zeros)}
+        s_init = be.asarray(s0 if vogn else s0 * n_data)
+        return {"params": params, "m": zeros, "s": zeros, "t": m.sum(zeros), "s0": s_init}
 
     def step(key, state, batch, lr):
         if ggn and batch.indices is None:  # a full batch: each point's gradient
@@ -282,7 +307,7 @@ def natural_transition(
         # step: a single early h (far from the optimum, where the off-diagonal curvature
         # dominates) is no longer the whole precision; after ~50 steps it is gone.
         c = (1.0 - b2) * INIT_DECAY**t
-        s_hat = m.maximum((s + c * s_init) / (1.0 - b2**t + c), 0.0)
+        s_hat = m.maximum((s + c * state["s0"]) / (1.0 - b2**t + c), 0.0)
         denom = (s_hat if vogn else m.sqrt(s_hat)) + lam
         new_loc = loc - lr * m_hat / m.maximum(denom, 1e-30)
         precision = (s_hat if vogn else s_hat / n_data) + lam
@@ -296,6 +321,7 @@ def natural_transition(
         loss = u_mean + m.sum(m.where(is_kl, kl_terms, -log_sigma)) + const
         grad_norm = m.sqrt(m.sum(g * g))
         new = {"params": {"loc": new_loc, "rho": new_rho}, "m": mom, "s": s, "t": t}
+        new["s0"] = state["s0"]
         return new, {"loss": loss, "grad_norm": grad_norm}
 
     return Transition(init, step, lambda state: {})
