@@ -94,6 +94,18 @@ def test_amortized_section_example_runs_as_written():
     assert np.abs((est.per_point - exact) / est.mc_se).max() < 5.0
 
 
+@pytest.mark.slow  # ~20 s; the default suite checks the same bar in test_vi_natural.py
+def test_natural_gradient_section_example_runs_as_written():
+    namespace: dict = {}
+    code = _block_under("inference.md", "## Natural-gradient mean-field VI")
+    exec(compile(code, "docs/inference.md (VOGN)", "exec"), namespace)
+    post, X, y, precision = (namespace[k] for k in ("post", "X", "y", "precision"))
+    var = 1.0 / np.diag(precision)
+    mean = np.linalg.solve(precision, X.T @ y / 0.5**2)
+    np.testing.assert_allclose(post.guide.params["loc"], mean, atol=0.1 * np.sqrt(var).min())
+    np.testing.assert_allclose(post.guide.params["scale"] ** 2, var, rtol=0.1)
+
+
 @pytest.mark.slow  # ~30 s alone (two fits of 2,000 and 1,500 steps, in a fresh JAX process)
 def test_scale_page_example_runs_as_written_on_four_devices():
     """docs/scale.md's example in a process with four virtual CPU devices (JAX fixes the count

@@ -47,6 +47,7 @@ from .vi_fits import check_fits, fit_seed
 from .vi_fits import each as _each
 from .vi_guides import build_guide, guide_init
 from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, Plateau, segment_length
+from .vi_natural import NATURAL_LR, build_natural, natural_options
 
 #: The learning rate of a guide by default (others: 0.01): a flow's coupling networks diverged
 #: at 0.01 on the shipped sine BNN (the loss went 185 -> 76,000 and sigma to 2.9 on NumPyro).
@@ -61,7 +62,7 @@ DEFAULT_PARTICLES = {"flow": 8}
 RUN_OPTIONS = {
     "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
     "lr", "momentum", "schedule", "decay", "clip_norm", "init_loc", "chunk_size",
-    "plateau_factor", "plateau_patience", "plateau_cuts", "gradient",
+    "plateau_factor", "plateau_patience", "plateau_cuts", "gradient", "beta1", "beta2", "curvature",
 }  # fmt: skip
 #: The reduce-on-plateau rule's options (``schedule="plateau"`` only) and their Plateau fields.
 PLATEAU_OPTIONS = {
@@ -184,9 +185,11 @@ class VIRun:
         # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
         # is then left behind); a run of num_steps keeps a constant lr unless asked.
         schedule = run_opts.get("schedule", "plateau" if self.auto else "constant")
+        optimizer = run_opts.get("optimizer", "adam")
+        natural = natural_options(optimizer, run_opts)  # vogn, vadam: vi_natural.py
         opt_config = OptimizerConfig.build(
-            optimizer=run_opts.get("optimizer", "adam"),
-            lr=run_opts.get("lr", DEFAULT_LR.get(name, 1e-2)),
+            optimizer="adam" if natural else optimizer,
+            lr=run_opts.get("lr", NATURAL_LR.get(optimizer, DEFAULT_LR.get(name, 1e-2))),
             momentum=run_opts.get("momentum", 0.0), schedule=schedule,
             decay=run_opts.get("decay", 0.1), clip_norm=run_opts.get("clip_norm"),
             num_steps=num_steps,
@@ -233,7 +236,10 @@ class VIRun:
                 initial.update(self.model_params.initial())
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
-            self.transition = self._transition(be.optimizer(opt_config))
+            self.transition = (
+                build_natural(self, optimizer, spec, run_opts) if natural
+                else self._transition(be.optimizer(opt_config))
+            )  # fmt: skip
         self.num_chains = check_fits(num_chains, self.model_params)
         # Fit c > 0 is set up at its own seed; only its start is kept (the step is shared).
         starts = [self._initial] + [
