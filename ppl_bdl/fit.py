@@ -12,6 +12,7 @@ from . import kernels
 from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
 from .errors import ConfigError
 from .inference.cavi import check_cavi_call, run_cavi
+from .inference.ensemble import EnsembleConfig, check_ensemble_call, run_ensemble
 from .inference.native_mcmc import NativeConfig, run_native_mcmc
 from .inference.psis import importance_log_weights
 from .inference.setup import prepare
@@ -40,7 +41,7 @@ def fit(
     method: str = "nuts",
     *,
     num_warmup: int | None = None,
-    num_samples: int = 1000,
+    num_samples: int | None = None,
     num_chains: int | None = None,
     thinning: int | None = None,
     seed: int = 0,
@@ -65,14 +66,17 @@ def fit(
         installed.
     method : str
         "nuts", "hmc", a registered SG-MCMC kernel (see :func:`ppl_bdl.kernels.available`), "vi",
-        or "cavi" (closed-form coordinate ascent for conditionally conjugate models:
-        :mod:`ppl_bdl.inference.cavi`).
+        "cavi" (closed-form coordinate ascent for conditionally conjugate models:
+        :mod:`ppl_bdl.inference.cavi`), or "ensemble" (deep and anchored ensembles: M MAP fits,
+        one draw per member, :mod:`ppl_bdl.inference.ensemble`).
     num_warmup, num_samples, num_chains, thinning : int
-        ``num_samples`` draws are kept per chain; a chain runs ``num_warmup + num_samples * thinning``
-        steps on every method and backend (defaults: 1000 warmup steps, 4 chains, no thinning).
-        VI fits one guide for ``num_steps`` steps and keeps ``num_samples`` draws from it, so
+        ``num_samples`` draws (default 1000) are kept per chain; a chain runs
+        ``num_warmup + num_samples * thinning`` steps on every method and backend (defaults:
+        1000 warmup steps, 4 chains, no thinning). VI fits one guide for ``num_steps`` steps and keeps ``num_samples`` draws from it, so
         ``num_warmup``, ``num_chains`` (other than 1), ``thinning`` and ``init`` (VI's start is
-        ``init_loc``) are errors there, not silently ignored.
+        ``init_loc``) are errors there, not silently ignored. An ensemble keeps one draw per
+        member (``num_members``): ``num_samples``, ``num_chains``, ``num_warmup`` and
+        ``thinning`` are errors there.
     seed : int
         Same seed, same backend: same draws.
     init : "median" | "uniform" | "prior" | dict | Posterior
@@ -97,17 +101,18 @@ def fit(
         ``strict=True`` raises them as a :class:`~ppl_bdl.diagnostics.ConvergenceError` instead
         (the posterior in ``error.partial``), for pipelines.
     hold_params : bool
-        MCMC only: a model's ``bdl.param`` sites are not sampled; NUTS, HMC and SG-MCMC refuse
-        such a model unless ``hold_params=True`` says to hold them at their initial values. (VI
+        MCMC and ensembles: a model's ``bdl.param`` sites are not sampled; NUTS, HMC, SG-MCMC
+        and ensembles refuse such a model unless ``hold_params=True`` says to hold them at their initial values. (VI
         fits them as point estimates.)
     chain_ids : list of int, optional
-        MCMC only: run just these chains of the ``num_chains`` (what one task of an executor
-        runs); each chain's draws are those it has in the whole run (a chain's draws depend on
+        MCMC and ensembles: run just these chains of the ``num_chains`` (the members of the
+        ``num_members``; what one task of an executor runs); each chain's draws are those it has in the whole run (a chain's draws depend on
         the seed and its number only), and the posterior holds them in this order.
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
         ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or
-        "vectorized"); for SG-MCMC and VI see their docs.
+        "vectorized"); for SG-MCMC, VI and ensembles (``num_members``, ``num_steps``,
+        ``batch_size``, ``anchored``, ``lr``, ...) see their docs.
 
     Returns
     -------
@@ -132,6 +137,17 @@ def fit(
         raise ConfigError(f"strict must be True or False, got {strict!r}.")
     settings = dict(method=method, backend=backend, precision=precision, device=device,
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    if method == "ensemble":
+        config = EnsembleConfig.build(**options)
+        check_ensemble_call(num_chains, num_warmup, thinning, num_samples)
+        chain_ids = _chain_ids(chain_ids, config.num_members)
+        setup = prepare(bound, backend, precision, seed, device)
+        setup.settings.update(settings, **config.settings(), **_where(setup))
+        _check_params(setup, method, hold_params)
+        post = run_ensemble(setup, config, seed=seed, init=init, progress=progress,
+                            log_likelihood=log_likelihood, chain_ids=chain_ids)  # fmt: skip
+        return _diagnose(post, setup, strict)
+    num_samples = 1000 if num_samples is None else num_samples
     if method == "cavi":
         check_cavi_call(num_chains, num_warmup, thinning, init)
         setup = prepare(bound, backend, precision, seed, device)
@@ -267,7 +283,7 @@ def _chain_ids(chain_ids, num_chains: int) -> list[int]:
         or len(set(ids)) != len(ids)
     ):
         raise ConfigError(
-            f"chain_ids must be a non-empty list of distinct chain numbers in [0, num_chains) = "
+            f"chain_ids must be a non-empty list of distinct chain (ensemble: member) numbers in "
             f"[0, {num_chains}), got {chain_ids!r}."
         )
     return ids
