@@ -21,8 +21,13 @@ Example
 -------
 >>> from ppl_bdl.models import uci
 >>> if uci.uci_dir() is not None:   # the shared data is here
-...     result = uci.run_uci("yacht", uci.deep_ensemble_options(), splits=[0], backend="numpyro")
-...     assert result.log_likelihood[0] > -3.0
+...     split = uci.load_split("yacht", 0)
+...     assert split.X_train.shape == (277, 6) and abs(split.y_train.std() - 1.0) < 1e-9
+
+A run (20 splits, the deep-ensemble protocol; benchmarks/uci_ensembles.py prints the table)::
+
+    result = uci.run_uci("yacht", uci.deep_ensemble_options(), backend="numpyro")
+    print(result)   # RMSE and test log-likelihood, mean ± standard error, beside the published
 """
 
 from __future__ import annotations
@@ -136,8 +141,14 @@ def load_split(name: str, split: int, root: Path | None = None) -> UCISplit:
     if isinstance(split, bool) or not isinstance(split, int | np.integer) or not 0 <= split < count:
         raise DataError(f"{name!r} has splits 0..{count - 1}; got split={split!r}.")
     data = np.loadtxt(folder / "data.txt")
-    features, target = _ints(folder / "index_features.txt"), int(_ints(folder / "index_target.txt")[0])
-    train, test = _ints(folder / f"index_train_{split}.txt"), _ints(folder / f"index_test_{split}.txt")
+    features, target = (
+        _ints(folder / "index_features.txt"),
+        int(_ints(folder / "index_target.txt")[0]),
+    )
+    train, test = (
+        _ints(folder / f"index_train_{split}.txt"),
+        _ints(folder / f"index_test_{split}.txt"),
+    )
     X_train, X_test = data[train][:, features], data[test][:, features]
     y_train, y_test = data[train, target], data[test, target]
     x_mean, x_sd = X_train.mean(0), X_train.std(0)
@@ -219,13 +230,14 @@ class UCIResult:
 @dataclass(frozen=True)
 class DeepEnsembleOptions:
     """The deep-ensemble protocol as ``bdl.fit`` arguments for a split (call it with the split
-    and the set's :class:`Protocol`): ``epochs`` (None: the set's, 40; 20 for protein) of
-    ⌊N/B⌋ optimizer steps each (a minibatch epoch drops its last partial batch), and ``extra``
-    fit arguments (``anchored=True``, a schedule, ...)."""
+    and the set's :class:`Protocol`): ``num_members`` networks, ``epochs`` (None: the set's, 40;
+    20 for protein) of ⌊N/B⌋ Adam steps each (a minibatch epoch drops its last partial batch)
+    at batch size ``batch_size`` and learning rate ``lr``, and ``extra`` fit arguments
+    (``anchored=True``, a schedule, ...)."""
 
     num_members: int = 5
-    batch_size: int = 100
-    lr: float = 0.1
+    batch_size: int = 16
+    lr: float = 0.01
     epochs: int | None = None
     extra: tuple = ()
 
@@ -244,19 +256,26 @@ class DeepEnsembleOptions:
 
 
 def deep_ensemble_options(
-    num_members: int = 5, batch_size: int = 100, lr: float = 0.1, epochs: int | None = None,
+    num_members: int = 5, batch_size: int = 16, lr: float = 0.01, epochs: int | None = None,
     **extra: Any,
 ) -> DeepEnsembleOptions:  # fmt: skip
-    """The deep-ensemble protocol of Lakshminarayanan et al. 2017, Sec. 3.3 (5 networks, batch
-    size 100, Adam with learning rate 0.1, 40 epochs): see :class:`DeepEnsembleOptions`.
+    """The deep-ensemble protocol (Lakshminarayanan et al. 2017, Sec. 3.3: 5 networks with a
+    mean and a variance output, Adam, 40 epochs): see :class:`DeepEnsembleOptions`.
+
+    The paper's batch size 100 and learning rate 0.1 are not the defaults: with the
+    heteroscedastic head, lr=0.1 diverged on boston, concrete and yacht (test RMSE 25-390), and
+    at B=100 yacht (277 points) gets 80 steps in 40 epochs, too few (test log-likelihood −1.87
+    at lr=0.01 against the published −1.18 ± 0.21). B=16 and lr=0.01, measured over all 20
+    splits, reproduce the published test log-likelihood on boston, concrete and yacht
+    (docs/ensembles.md).
 
     Example
     -------
     >>> from ppl_bdl.models import uci
     >>> options = uci.deep_ensemble_options(anchored=True)
     >>> split = uci.UCISplit("yacht", 0, None, [0.0] * 277, None, None, 0.0, 1.0)
-    >>> options(split, uci.Protocol("yacht", 20, 50, 40))["num_steps"]   # 40 epochs of 2 steps
-    80
+    >>> options(split, uci.Protocol("yacht", 20, 50, 40))["num_steps"]   # 40 epochs of 17 steps
+    680
     """
     return DeepEnsembleOptions(num_members, batch_size, lr, epochs, tuple(sorted(extra.items())))
 

@@ -106,7 +106,8 @@ def _vi_dataset(post):
 
     data_vars, attrs = {}, {}
     if post.losses is not None:
-        data_vars["losses"] = (("step",), np.asarray(post.losses, dtype=float))
+        losses = np.asarray(post.losses, dtype=float)  # an ensemble's: (member, step)
+        data_vars["losses"] = (("chain", "step")[2 - losses.ndim :], losses)
     if post.guide is not None:
         data_vars["guide_params"] = (("guide_param",), np.asarray(post.guide.phi, dtype=float))
         attrs["guide"] = post.guide.name

@@ -77,3 +77,16 @@ def test_cavi_section_example_runs_as_written():
     assert post.settings["converged"] and min(elbo[1:] - elbo[:-1]) >= -1e-4 * abs(elbo[-1])
     assert sorted(post.guide.params["locs"]["loc"]) == pytest.approx([-5.21, 5.04], abs=0.01)
     assert post.samples["z"].shape == (1, 1000, 200)
+
+
+@pytest.mark.slow  # ~25 s: two ensembles of 5 members x 3000 steps
+def test_ensembles_page_example_runs_as_written():
+    namespace: dict = {}
+    _run_first_block("ensembles.md", namespace)
+    ens, anchored, model, X, y = (namespace[k] for k in ("ens", "anchored", "model", "X", "y"))
+    for post in (ens, anchored):
+        assert not post.diagnostics, post.diagnostics.report()
+        assert post.samples["net.0.weight"].shape == (5, 1, 1, 20)
+        assert post.predict(model(X)).rmse(y) < 0.5 * y.std()
+    assert anchored.settings["anchored_sites"] == [f"net.{i}.{k}" for i in (0, 1)
+                                                   for k in ("weight", "bias")]  # fmt: skip

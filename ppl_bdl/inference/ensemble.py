@@ -140,7 +140,11 @@ class EnsembleConfig:
 def _check_anchored(anchored: Any) -> bool | tuple[str, ...]:
     if isinstance(anchored, bool):
         return anchored
-    if isinstance(anchored, list | tuple) and anchored and all(isinstance(s, str) for s in anchored):
+    if (
+        isinstance(anchored, list | tuple)
+        and anchored
+        and all(isinstance(s, str) for s in anchored)
+    ):
         return tuple(anchored)
     raise ConfigError(
         f"anchored must be True, False or a non-empty list of latent site names, got {anchored!r}."
@@ -215,10 +219,15 @@ def resolve_anchors(setup: Setup, anchored: bool | tuple[str, ...]) -> Anchors |
     mask, loc, scale = np.zeros(layout.dim), np.zeros(layout.dim), np.ones(layout.dim)
     for slot in layout.slots:
         if slot.name in names:
-            params, sl = layout.sites[slot.name].spec.params, slice(slot.offset, slot.offset + slot.size)
+            params, sl = (
+                layout.sites[slot.name].spec.params,
+                slice(slot.offset, slot.offset + slot.size),
+            )
             mask[sl] = 1.0
             loc[sl] = np.broadcast_to(np.asarray(params.get("loc", 0.0), float), slot.shape).ravel()
-            scale[sl] = np.broadcast_to(np.asarray(params.get("scale", 1.0), float), slot.shape).ravel()
+            scale[sl] = np.broadcast_to(
+                np.asarray(params.get("scale", 1.0), float), slot.shape
+            ).ravel()
     return Anchors(tuple(n for n in layout.names if n in names), mask, loc, scale)
 
 
@@ -274,7 +283,9 @@ def ensemble_transition(
             grad = grad + weight * (loc - anchor)
         grad_norm = m.sqrt(m.sum(grad * grad))
         ok = m.isfinite(loss) & m.isfinite(grad_norm)
-        params, opt_state = optimizer.update({"theta": grad}, state["optimizer"], state["params"], ok)
+        params, opt_state = optimizer.update(
+            {"theta": grad}, state["optimizer"], state["params"], ok
+        )
         return {**state, "params": params, "optimizer": opt_state}, {
             "loss": loss,
             "grad_norm": grad_norm,
