@@ -21,18 +21,22 @@ Example
 -------
 >>> import jax.numpy as jnp, numpy as np
 >>> from ppl_bdl.backends._jax_loop import compile_loop
->>> def step(state, x, data):
+>>> def step(state, x, data, t):
 ...     new = state + data * x["inc"]
-...     return new, {"value": new}
+...     return new, {"value": new, "t": t}
 >>> run = compile_loop(step, emit=lambda s: s)
 >>> xs = {"inc": jnp.arange(5.0)}
->>> result = run(jnp.asarray(0.0), xs, jnp.asarray(2.0), np.array([0, 1, 0, 1], bool), 3)
+>>> keep = np.array([0, 1, 0, 1, 0], bool)
+>>> result = run(jnp.asarray(0.0), xs, jnp.asarray(2.0), keep, steps=4, first=10, num_rows=3)
 >>> float(result.state), result.rows.tolist(), result.infos["value"].tolist()
 (12.0, [2.0, 12.0], [0.0, 2.0, 6.0, 12.0])
+>>> result.infos["t"].tolist()
+[10, 11, 12, 13]
 """
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import jax
@@ -62,28 +66,38 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
     # One jitted step: tracing it for the shapes of its infos fills jit's cache, so the loop's
     # body reuses that trace.
     step = jax.jit(step)
-    fast = jax.jit(_segment_run(step, emit), static_argnames=("num_rows", "trace"))
+    fast = jax.jit(_segment_run(step, emit), static_argnames=("length", "num_rows", "trace"))
     gated = jax.jit(_gated_run(step, emit), static_argnames=("num_rows",))
 
-    def runner(state, xs, data, keep, num_rows: int, trace: bool = True) -> LoopResult:
+    def runner(state, xs, data, keep, steps: int, first: int, num_rows: int,
+               trace: bool = True) -> LoopResult:  # fmt: skip
         keep = np.asarray(keep, bool)
-        steps, kept = len(keep), int(keep.sum())
+        real = keep[:steps]
+        kept = int(real.sum())
         if kept > num_rows:
             raise ValueError(f"{kept} kept steps in a chunk with room for {num_rows} rows")
-        count = jnp.asarray(steps, jnp.int32)
         if on_cpu:
-            ends = np.full(num_rows + 1, steps, np.int32)
-            ends[:kept] = np.flatnonzero(keep) + 1
-            out = fast(state, xs, data, count, jnp.asarray(ends), num_rows=num_rows, trace=trace)
-            if bool(out.ok):
-                return _read(out._replace(kept=kept, failed_at=-1), steps, None if trace else kept)
-        length = jax.tree_util.tree_leaves(xs)[0].shape[0]
-        mask = np.pad(keep, (0, length - steps))
-        out = gated(state, xs, data, count, jnp.asarray(mask), num_rows=num_rows)
-        result = _read(out, steps)
-        if trace:
-            return result
-        return result._replace(infos={k: v[mask[: len(v)]] for k, v in result.infos.items()})
+            # One small array of what changes per chunk: the step count, the first step's
+            # number and where each segment ends (the step after each kept one, then the end).
+            header = np.full(num_rows + 3, steps, np.int32)
+            header[1] = first
+            header[2 : 2 + kept] = np.flatnonzero(real) + 1
+            out = fast(state, xs, data, header, length=len(keep), num_rows=num_rows, trace=trace)
+            ok, infos, rows = jax.device_get((out.ok, out.infos, out.rows))  # one read back
+            if ok:
+                return _result(out.state, infos, rows, kept, steps if trace else kept)
+        mask = keep.copy()
+        mask[steps:] = False
+        out = gated(state, xs, data, np.asarray([steps, first], np.int32), mask,
+                    num_rows=num_rows)  # fmt: skip
+        failed_at, kept = int(out.failed_at), int(out.kept)
+        infos, rows = jax.device_get((out.infos, out.rows))
+        end = steps if failed_at < 0 else failed_at
+        failed = None if failed_at < 0 else {k: np.asarray(v[failed_at]) for k, v in infos.items()}
+        if not trace:
+            infos = {k: np.asarray(v)[:end][mask[:end]] for k, v in infos.items()}
+        result = _result(out.state, infos, rows, kept, end if trace else kept)
+        return result._replace(failed_at=failed_at, failed_info=failed)
 
     runner.fast, runner.gated = fast, gated
     return runner
@@ -91,16 +105,18 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
 
 def _segment_run(step, emit):
     """The CPU shape: segments of steps, each ending at a kept step (see the module docstring).
-    ``ends[r]`` is the step after the r-th kept one; ``ends[kept:]`` is the chunk's end.
-    ``trace``: every step's info is stored, else the kept steps' only (written with the rows)."""
+    ``header``: the step count, the first step's number, then where each segment ends (the
+    step after the r-th kept one; the chunk's end after the last). ``trace``: every step's info
+    is stored, else the kept steps' only (written with the rows)."""
 
-    def run(state, xs, data, num_steps, ends, num_rows, trace):
-        infos = _info_buffers(step, state, xs, data, None if trace else num_rows + 1)
+    def run(state, xs, data, header, length, num_rows, trace):
+        num_steps, first, ends = header[0], header[1], header[2:]
+        infos = _info_buffers(step, state, xs, data, length if trace else num_rows + 1)
         last = jax.tree_util.tree_map(lambda a: a[0], infos)
 
         def one(carry):
             state, ok, t, infos, _ = carry
-            new, info = step(state, _at(xs, t), data)
+            new, info = step(state, _at(xs, t), data, first + t)
             infos = _write(infos, t, info) if trace else infos
             return new, ok & _finite(info), t + 1, infos, info
 
@@ -126,12 +142,16 @@ def _segment_run(step, emit):
 
 def _gated_run(step, emit):
     """The gated shape: a scan of the chunk's compiled length whose updates are kept only while
-    no step has failed; stops changing anything at the first failed step."""
+    no step has failed; stops changing anything at the first failed step. ``header``: the step
+    count and the first step's number."""
 
-    def run(state, xs, data, num_steps, keep, num_rows):
+    def run(state, xs, data, header, keep, num_rows):
+        num_steps, first = header[0], header[1]
+
         def body(carry, x):
             state, rows, slot, failed_at, t = carry
-            new, info = step(state, x, data)
+            x, kept = x
+            new, info = step(state, x, data, first + t)
             live = (failed_at < 0) & (t < num_steps)
             ok = _finite(info)
             failed_at = jnp.where(live & ~ok, t, failed_at)
@@ -140,29 +160,23 @@ def _gated_run(step, emit):
             # Every step writes its row into the next free slot (the buffer has one spare row)
             # and only a kept step advances the slot: no conditional for the host to wait on.
             rows = _write(rows, slot, emit(state))
-            slot = slot + (proceed & x["keep"]).astype(slot.dtype)
+            slot = slot + (proceed & kept).astype(slot.dtype)
             return (state, rows, slot, failed_at, t + 1), info
 
         zero = jnp.asarray(0, jnp.int32)
         init = (state, _row_buffers(emit(state), num_rows), zero, zero - 1, zero)
-        (state, rows, kept, failed_at, _), infos = lax.scan(body, init, dict(xs, keep=keep))
+        (state, rows, kept, failed_at, _), infos = lax.scan(body, init, (xs, keep))
         return _Chunk(state, failed_at < 0, rows, infos, kept, failed_at)
 
     return run
 
 
-def _read(out: _Chunk, steps: int, kept_infos: int | None = None) -> LoopResult:
-    """The chunk's results on the host: rows and infos up to the failed step (if any); infos
-    stored for the kept steps only (``kept_infos`` of them), not per step."""
-    kept, failed_at = int(out.kept), int(out.failed_at)
-    end = steps if failed_at < 0 else failed_at
-    end = end if kept_infos is None else kept_infos
-    infos = jax.tree_util.tree_map(lambda a: np.asarray(a), jax.device_get(out.infos))
-    rows = None
-    if kept:
-        rows = jax.tree_util.tree_map(lambda a: np.asarray(a[:kept]), jax.device_get(out.rows))
-    failed = None if failed_at < 0 else {k: v[failed_at] for k, v in infos.items()}
-    return LoopResult(out.state, {k: v[:end] for k, v in infos.items()}, rows, failed_at, failed)
+def _result(state, infos, rows, kept: int, count: int) -> LoopResult:
+    """A chunk's results on the host: the first ``kept`` rows (None if none), the first
+    ``count`` infos."""
+    infos = {k: np.asarray(v)[:count] for k, v in infos.items()}
+    rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[:kept], rows) if kept else None
+    return LoopResult(state, infos, rows)
 
 
 def _finite(info: dict):
@@ -174,10 +188,9 @@ def _finite(info: dict):
     return ok
 
 
-def _info_buffers(step, state, xs, data, length: int | None = None):
-    """Zeros for ``length`` steps' infos (default: the chunk's compiled length)."""
-    length = length or jax.tree_util.tree_leaves(xs)[0].shape[0]
-    _, info = jax.eval_shape(step, state, _at(xs, 0), data)
+def _info_buffers(step, state, xs, data, length: int):
+    """Zeros for ``length`` steps' infos."""
+    _, info = jax.eval_shape(step, state, _at(xs, 0), data, jnp.asarray(0, jnp.int32))
     return jax.tree_util.tree_map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), info)
 
 
@@ -201,3 +214,35 @@ def _write(buffers, index, value):
         buffers,
         value,
     )
+
+
+# -- what a compiled loop runs per step (a clock-free guard: tests/test_loop_ops.py) -----------
+#: Instructions that run no kernel: parameters, constants, tuples and their elements, bitcasts.
+_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
+
+
+def body_kernels(compiled_hlo: str) -> list[tuple[str, str]]:
+    """The instructions XLA's CPU backend runs per iteration of a compiled program's step loop,
+    as (opcode, result shape): the body of the non-fusion computation that holds the most
+    matrix products (the network's), free instructions left out. ``compiled_hlo`` is
+    ``jax.jit(f).lower(...).compile().as_text()``."""
+    bodies: dict[str, list[tuple[str, str]]] = {}
+    name = None
+    for line in compiled_hlo.splitlines():
+        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if header:
+            name = header.group(1)
+            bodies[name] = []
+        elif name is not None and (op := re.search(r"=\s*(\S+)\s+([\w\-]+)\(", line)):
+            bodies[name].append((op.group(2), op.group(1)))
+    loops = {k: v for k, v in bodies.items() if "fus" not in k and not k.startswith("wrapped")}
+    body = max(loops.values(), key=lambda ops: (sum(o == "dot" for o, _ in ops), len(ops)))
+    return [(op, shape) for op, shape in body if op not in _FREE]
+
+
+def float_gates(lowered_text: str) -> int:
+    """Selects over floating-point arrays and conditionals in a lowered program
+    (``jax.jit(f).lower(...).as_text()``): a per-step gate on the state is such a select."""
+    selects = re.findall(r"stablehlo\.select[^\n]*", lowered_text)
+    floats = sum(bool(re.search(r"tensor<\d[\dx]*xf\d+>", s.rsplit(",", 1)[-1])) for s in selects)
+    return floats + len(re.findall(r"stablehlo\.(case|if)\b", lowered_text))

@@ -11,12 +11,13 @@ Example
 -------
 >>> import numpy as np, torch
 >>> from ppl_bdl.backends._torch_loop import compile_loop
->>> def step(state, x, data):
+>>> def step(state, x, data, t):
 ...     new = state + data * x["inc"]
 ...     return new, {"value": new}
 >>> run = compile_loop(step, emit=lambda s: s)
 >>> xs = {"inc": torch.arange(5.0)}
->>> result = run(torch.tensor(0.0), xs, torch.tensor(2.0), np.array([0, 1, 0, 1], bool), 3)
+>>> keep = np.array([0, 1, 0, 1, 0], bool)
+>>> result = run(torch.tensor(0.0), xs, torch.tensor(2.0), keep, steps=4, first=0, num_rows=3)
 >>> float(result.state), result.rows.tolist(), result.infos["value"].tolist()
 (12.0, [2.0, 12.0], [0.0, 2.0, 6.0, 12.0])
 """
@@ -33,13 +34,14 @@ from ._torch_trees import index_tree, tree_map
 def compile_loop(step, emit):
     """The runner of ``step`` over chunks (see :meth:`ppl_bdl.backend_protocol.Autodiff.compile_loop`)."""
 
-    def runner(state, xs, data, keep, num_rows: int, trace: bool = True) -> LoopResult:
+    def runner(state, xs, data, keep, steps: int, first: int, num_rows: int,
+               trace: bool = True) -> LoopResult:  # fmt: skip
         keep = np.asarray(keep, bool)
         infos, rows = [], []
         failed_at, failed = -1, None
         with torch.no_grad():
-            for i in range(len(keep)):
-                new, info = step(state, index_tree(xs, i), data)
+            for i in range(steps):
+                new, info = step(state, index_tree(xs, i), data, first + i)
                 values = _host(info)
                 if not _finite(values):
                     failed_at, failed = i, values

@@ -1,6 +1,9 @@
 """The Pyro backend's optimizers: ``torch.optim`` (fused where torch has it) behind the gated
 ``(init, update)``. The parameters are updated in place; an update whose gate is False is
-skipped (the loop stops at that step).
+skipped (the loop stops at that step, and its state is the one before it). Each step's lr (the
+driver's :class:`~ppl_bdl.inference.driver.Rates`) is set on the optimizer's param group,
+read from its tensor only when the tensor changes (a constant rate is one tensor for a whole
+run: no host read per step).
 
 Example
 -------
@@ -10,7 +13,7 @@ Example
 >>> opt = build_optimizer(OptimizerConfig.build(optimizer="sgd", lr=0.5))
 >>> params = {"x": torch.tensor(1.0)}
 >>> state = opt.init(params)
->>> new, state = opt.update({"x": torch.tensor(1.0)}, state, params, torch.tensor(True))
+>>> new, state = opt.update({"x": torch.tensor(1.0)}, state, params, torch.tensor(True), 0.5)
 >>> float(new["x"])
 0.5
 """
@@ -22,12 +25,13 @@ from functools import cache
 import torch
 
 from ..backend_protocol import Optimizer
-from ..optim import OptimizerConfig, learning_rate
+from ..optim import OptimizerConfig
 
 
 class _State:
-    def __init__(self, optimizer, scheduler):
-        self.optimizer, self.scheduler = optimizer, scheduler
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.lr_source = None  # the last lr given (its value is on the param groups)
 
 
 @cache
@@ -47,16 +51,15 @@ def build_optimizer(config: OptimizerConfig) -> Optimizer:
             opt = torch.optim.Adam(tensors, lr=config.lr, fused=fused or None)
         else:
             opt = torch.optim.SGD(tensors, lr=config.lr, momentum=config.momentum)
-        sched = None
-        if config.schedule != "constant":
-            sched = torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda step: learning_rate(config, step) / config.lr
-            )
-        return _State(opt, sched)
+        return _State(opt)
 
-    def update(grads: dict, state: _State, params: dict, apply):
+    def update(grads: dict, state: _State, params: dict, apply, lr):
         if not bool(apply):
             return params, state
+        if lr is not state.lr_source:
+            state.lr_source = lr
+            for group in state.optimizer.param_groups:
+                group["lr"] = float(lr)
         if config.clip_norm is not None:
             norm = torch.linalg.vector_norm(
                 torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])
@@ -66,8 +69,6 @@ def build_optimizer(config: OptimizerConfig) -> Optimizer:
         for name, tensor in params.items():
             tensor.grad = grads[name]
         state.optimizer.step()
-        if state.scheduler is not None:
-            state.scheduler.step()
         return params, state
 
     return Optimizer(init, update)

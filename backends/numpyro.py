@@ -43,9 +43,8 @@ class _Random:
         """A batch of ``num`` keys, indexable along the first axis (for vmap)."""
         return jax.random.split(key, num)
 
-    def step_keys(self, key, start: int, num: int):
-        steps = jnp.arange(start, start + num, dtype=jnp.uint32)
-        return _fold_in_steps(key, steps)
+    def fold_in(self, key, step):
+        return jax.random.fold_in(key, step)
 
     def normal(self, key, shape):
         return jax.random.normal(key, tuple(shape), dtype=self._be.float_dtype)
@@ -57,11 +56,6 @@ class _Random:
         if reparameterized and native.has_rsample:
             return native.rsample(key)
         return native.sample(key)
-
-
-@jax.jit
-def _fold_in_steps(key, steps):
-    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, steps)
 
 
 class _Native:

@@ -48,10 +48,10 @@ class _Random:
         """A batch of ``num`` keys, indexable along the first axis (for the vmap loop)."""
         return _KeyBatch(key, num)
 
-    def step_keys(self, key, start: int, num: int):
+    def fold_in(self, key, step):
         """The chain's one generator advances through the steps in order: any chunking gives
         the same draws."""
-        return _KeyBatch(key, num)
+        return key
 
     def normal(self, key, shape):
         return torch.randn(

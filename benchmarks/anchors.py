@@ -25,7 +25,8 @@ import numpy as np
 import ppl_bdl as bdl
 from ppl_bdl import dist, nn
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.driver import plan_run, run_chains
+from ppl_bdl.inference.driver import Rates, _loop_step, plan_run, run_chains
+from ppl_bdl.inference.driver import _inputs as chunk_inputs
 from ppl_bdl.inference.minibatch import EpochBatches
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
@@ -129,12 +130,31 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
             transition, data = sgmcmc_transition(setup, config, plate, steps)
             cache[steps] = transition, data, plan_run(keep, 1, setup.layout.dim)
         transition, data, plan = cache[steps]
-        rates = np.full(steps, step_size)
         result = run_chains(setup.backend, transition, start, 1, plan, data,
-                            lambda chain: EpochBatches(n, batch, [1, chain, 7]), method, rates)  # fmt: skip
+                            lambda chain: EpochBatches(n, batch, [1, chain, 7]), method,
+                            Rates(step_size))  # fmt: skip
         assert result.failure is None, result.failure
 
+    def lower(steps: int):
+        """Our CPU chunk program of ``steps`` steps, lowered (the JAX backend only)."""
+        be = setup.backend
+        transition, data = sgmcmc_transition(setup, config, plate, steps)
+        runner = be.compile_loop(driver_step(be, transition), transition.emit)
+        with be.scope(), be.activate():
+            state = transition.init(be.random.key(0), be.asarray(start[0]), data)
+            xs = chunk_inputs(be, steps, steps, [EpochBatches(n, batch, 0)], False)
+            inputs = (data, be.asarray(step_size), be.random.key(1))
+            header = np.full(kept + 3, steps, np.int32)
+            return runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=kept,
+                                     trace=False)  # fmt: skip
+
+    run.lower = lower
     return run
+
+
+def driver_step(be, transition):
+    """The driver's loop step of one chain at a constant rate (what ``compile_loop`` gets)."""
+    return _loop_step(be, transition, False, None)
 
 
 def _initial(size: Size, rng) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -237,7 +257,9 @@ def make_jax(size: Size, method: str, data):
         init = (params, tmap(jnp.zeros_like, params), jax.random.PRNGKey(0))
 
     scan = jax.jit(lambda carry, idxs: jax.lax.scan(body, carry, idxs))
-    return _jax_runner(size, lambda idxs: scan(init, idxs))
+    run = _jax_runner(size, lambda idxs: scan(init, idxs))
+    run.lower = lambda steps: scan.lower(init, jnp.asarray(_indices(size, steps)))
+    return run
 
 
 def _jax_runner(size: Size, call):

@@ -88,15 +88,17 @@ class LoopResult(NamedTuple):
 
 
 class Optimizer(NamedTuple):
-    """Optax's contract, with a flag for in-place optimizers: ``init(params) -> state`` and
-    ``update(grads, state, params, apply) -> (params, state)``. ``apply`` (a scalar boolean
-    array) is False for a step whose loss or gradient is not finite: the driver stops there and
-    keeps the state from before it (see :class:`LoopResult`), so a functional optimizer (optax)
-    may update regardless, while one that changes the parameters in place (``torch.optim``)
-    must not change them."""
+    """Optax's contract, with the step's lr and a flag for in-place optimizers:
+    ``init(params) -> state`` and ``update(grads, state, params, apply, lr) -> (params, state)``.
+    ``lr`` is the step's learning rate (a scalar; the schedule is the caller's, evaluated per
+    step: :class:`~ppl_bdl.inference.driver.Rates`). ``apply`` (a scalar boolean array) is
+    False for a step whose loss or gradient is not finite: the loop stops there and keeps the
+    state from before it (see :class:`LoopResult`), so a functional optimizer (optax) may update
+    regardless, while one that changes the parameters in place (``torch.optim``) must not
+    change them."""
 
     init: Callable[[PyTree], PyTree]
-    update: Callable[[PyTree, PyTree, PyTree, Any], tuple[PyTree, PyTree]]
+    update: Callable[[PyTree, PyTree, PyTree, Any, Any], tuple[PyTree, PyTree]]
 
 
 @dataclass
@@ -127,9 +129,10 @@ class RandomKeys(Protocol):
     def split(self, key: Key, num: int = 2) -> tuple: ...
     def keys(self, key: Key, num: int) -> Any: ...
 
-    def step_keys(self, key: Key, start: int, num: int) -> Any:
-        """The keys of steps ``start`` .. ``start + num - 1`` of a chain with key ``key``,
-        indexable along the first axis; the same whatever the chunks a run is cut into."""
+    def fold_in(self, key: Key, step: Any) -> Key:
+        """The key of step ``step`` (an int, traced inside a compiled loop) of a chain whose key
+        is ``key``: the same whatever the chunks a run is cut into. (On torch, whose key is the
+        chain's one generator, advancing as it draws, the key itself.)"""
         ...
 
     def normal(self, key: Key, shape: tuple[int, ...]) -> Array: ...
@@ -229,14 +232,16 @@ class Autodiff(Protocol):
         ...
 
     def compile_loop(self, step: Callable, emit: Callable) -> Callable:
-        """A runner of ``step(state, x, data) -> (state, info)`` over a chunk of steps.
+        """A runner of ``step(state, x, data, t) -> (state, info)`` over a chunk of steps (``t``:
+        the step's index in the run, an int scalar).
 
-        ``runner(state, xs, data, keep, num_rows, trace=True) -> LoopResult``: ``xs`` is a dict
-        of per-step inputs (leading axis: the chunk's compiled length), ``keep`` a host bool
-        array whose length is the number of steps to run and whose True entries are the steps
-        whose ``emit(state)`` is kept (at most ``num_rows`` of them; the runner compiles once
-        per ``num_rows``, ``trace`` and input shapes, so a shorter last chunk reuses the
-        program). ``trace``: every step's info comes back, else the kept steps' only. ``data``
+        ``runner(state, xs, data, keep, steps, first, num_rows, trace) -> LoopResult``: ``keep``
+        is a host bool array of the chunk's compiled length whose True entries are the steps
+        whose ``emit(state)`` is kept (at most ``num_rows`` of them); the first ``steps`` of
+        them run, numbered ``first``, ``first + 1``, ...; ``xs`` is a dict of per-step inputs
+        (leading axis: the compiled length; may be empty). The runner compiles once per
+        compiled length, ``num_rows``, ``trace`` and input shapes, so a shorter last chunk
+        reuses the program. ``trace``: every step's info comes back, else the kept steps' only. ``data``
         is passed to every step unchanged (never baked into the compiled program). The runner
         stops at the first step whose info holds a non-finite float and returns the state from
         before that step (:class:`LoopResult`): how it gets there (a gated step, or a re-run of

@@ -222,8 +222,8 @@ def _add_fit_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", metavar="N", type=_int_at_least(1),
                    help="VI, SG-MCMC: minibatch size (default: the full data)")
     g.add_argument("--schedule", metavar="NAME",
-                   help="VI: constant, exponential, cosine; SG-MCMC: constant, polynomial, "
-                   "cyclical")
+                   help="VI: plateau, constant, exponential, cosine; SG-MCMC: constant, "
+                   "polynomial, cyclical")
     # fmt: on
 
 

@@ -19,18 +19,25 @@ import math as _pymath
 from dataclasses import dataclass
 from typing import Any
 
+from . import math as bm
 from .errors import ConfigError, one_of
 
 OPTIMIZERS = ("adam", "sgd")
-SCHEDULES = ("constant", "exponential", "cosine")
+SCHEDULES = ("constant", "exponential", "cosine", "plateau")
 
 
 @dataclass(frozen=True)
 class OptimizerConfig:
     """What to build: ``optimizer`` ("adam" | "sgd"), ``lr``, ``momentum`` (sgd), ``schedule``
-    ("constant" | "exponential" | "cosine"), ``decay`` (the factor the exponential schedule reaches
-    at the last step), ``clip_norm`` (global gradient-norm clipping, None for none) and
-    ``num_steps`` (the schedule's horizon)."""
+    ("constant" | "exponential" | "cosine" | "plateau"), ``decay`` (the factor the exponential
+    schedule reaches at the last step), ``clip_norm`` (global gradient-norm clipping, None for
+    none) and ``num_steps`` (the schedule's horizon).
+
+    A backend's optimizer takes each step's lr as an argument of its update (the driver's
+    :class:`~ppl_bdl.inference.driver.Rates`: ``lr`` × a factor the run may change, times the
+    schedule's shape, :func:`unit_schedule`, at the step counter): the "plateau" schedule is
+    the constant lr times the factor the VI monitor cuts when the loss flattens
+    (:class:`ppl_bdl.inference.vi_monitor.Plateau`)."""
 
     optimizer: str = "adam"
     lr: float = 1e-2
@@ -79,15 +86,30 @@ def learning_rate(config: OptimizerConfig, step: Any, xp: Any = _pymath) -> Any:
     ``xp`` supplies ``cos`` and ``minimum`` for traced steps (pass the backend's math namespace
     inside a compiled loop); for Python ints the default uses the ``math`` module.
 
-    - constant: ``lr``
+    - constant, plateau: ``lr`` (the plateau's cuts scale the run's rates)
     - exponential: ``lr * decay ** (step / num_steps)`` (reaches ``lr * decay`` at the end)
     - cosine: ``lr * (1 + cos(pi * min(step, T) / T)) / 2`` (Loshchilov & Hutter 2017)
     """
     lr, horizon = config.lr, max(config.num_steps, 1)
-    if config.schedule == "constant":
+    if config.schedule in ("constant", "plateau"):
         return lr + 0.0 * step
     if config.schedule == "exponential":
         return lr * config.decay ** (step / horizon)
     frac = step / horizon
     frac = xp.minimum(frac, 1.0) if xp is not _pymath else min(frac, 1.0)
     return lr * 0.5 * (1.0 + xp.cos(_pymath.pi * frac))
+
+
+def unit_schedule(config: OptimizerConfig):
+    """The schedule's shape, ``learning_rate / lr`` as a function of a (traced) step counter
+    written with :mod:`ppl_bdl.math`; None for a constant shape (constant, plateau).
+
+    Example
+    -------
+    >>> from ppl_bdl.optim import OptimizerConfig, unit_schedule
+    >>> unit_schedule(OptimizerConfig.build(schedule="plateau")) is None
+    True
+    """
+    if config.schedule in ("constant", "plateau"):
+        return None
+    return lambda step: learning_rate(config, step, xp=bm) * (1.0 / config.lr)

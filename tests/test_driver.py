@@ -31,23 +31,26 @@ def test_both_shapes_of_the_jax_loop_keep_the_contract(on_cpu):
     _check_loop_contract(be, compile_loop(_grow, lambda state: state, on_cpu=on_cpu))
 
 
-def _grow(state, x, data):
+def _grow(state, x, data, t):
     new = state + data * x["inc"]
-    return new, {"value": new, "log": bm.log(new)}
+    return new, {"value": new, "log": bm.log(new), "t": t}
 
 
 def _check_loop_contract(be, runner):
     with be.scope(), be.activate():
         xs = {"inc": be.asarray(np.array([1.0, 2.0, 3.0, -100.0, 5.0, 0.0]))}
-        keep = np.array([True, False, True, True, True])
+        keep = np.array([True, False, True, True, True, False])
         two = be.asarray(2.0)
-        full = runner(be.asarray(0.0), xs, two, keep[:3], 3)  # three steps: 2, 6, 12
+        full = runner(be.asarray(0.0), xs, two, keep, 3, 7, 4)  # three steps: 2, 6, 12
         assert float(full.state) == 12.0 and full.failed_at == -1 and full.failed_info is None
         np.testing.assert_allclose(full.rows, [2.0, 12.0])
         np.testing.assert_allclose(full.infos["value"], [2.0, 6.0, 12.0])
-        none_kept = runner(be.asarray(0.0), xs, two, np.zeros(2, bool), 3)
+        np.testing.assert_array_equal(full.infos["t"], [7, 8, 9])  # numbered from `first`
+        kept_only = runner(be.asarray(0.0), xs, two, keep, 3, 7, 4, trace=False)
+        np.testing.assert_allclose(kept_only.infos["value"], [2.0, 12.0])
+        none_kept = runner(be.asarray(0.0), xs, two, np.zeros(6, bool), 2, 0, 4)
         assert none_kept.rows is None and float(none_kept.state) == 6.0
-        failed = runner(be.asarray(0.0), xs, two, keep, 4)  # step 3 makes it negative: log NaN
+        failed = runner(be.asarray(0.0), xs, two, keep, 5, 0, 4)  # step 3 makes it negative
         assert failed.failed_at == 3 and np.isnan(failed.failed_info["log"])
         np.testing.assert_allclose(failed.rows, [2.0, 12.0])
         np.testing.assert_allclose(failed.infos["value"], [2.0, 6.0, 12.0])

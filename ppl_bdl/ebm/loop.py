@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..inference.driver import RunResult, Transition, plan_run, run_chains
+from ..inference.driver import Rates, RunResult, Transition, plan_run, run_chains
 from ..inference.minibatch import EpochBatches
 
 
 def run_transition(
     be, transition: Transition, position: np.ndarray, *, num_steps: int, seed: int, data,
     batches: EpochBatches | None = None, name: str = "ebm", progress: bool = False,
-    chunk_size: int | None = None, keep_last: bool = False,
+    chunk_size: int | None = None, keep_last: bool = False, rates: Rates | None = None,
+    first_step: int = 0,
 ) -> RunResult:  # fmt: skip
-    """Run ``transition`` for ``num_steps`` steps from ``position`` (one chain, flat).
+    """Run ``transition`` for ``num_steps`` steps from ``position`` (one chain, flat), with
+    ``rates`` (the optimizer's learning rates: :class:`~ppl_bdl.inference.driver.Rates`) from
+    step ``first_step`` of the schedule.
 
     ``keep_last``: keep ``emit(state)`` after the last step (``draws``, sampling); otherwise
     keep nothing but every step's info (``step_infos``) and the final state (``final_state``,
@@ -44,5 +47,5 @@ def run_transition(
     plan = plan_run(keep, 1, row_floats, chunk_size, progress)
     return run_chains(
         be, transition, np.asarray(position)[None], seed, plan, data, lambda chain: batches, name,
-        progress=progress, trace=not keep_last,
+        rates, progress=progress, trace=not keep_last, first_step=first_step,
     )  # fmt: skip

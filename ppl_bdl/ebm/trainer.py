@@ -44,9 +44,9 @@ import numpy as np
 from .. import backends
 from .. import math as bm
 from ..errors import ConfigError, InferenceError
-from ..inference.driver import Transition
+from ..inference.driver import Rates, Transition
 from ..inference.minibatch import EpochBatches
-from ..optim import OptimizerConfig
+from ..optim import OptimizerConfig, unit_schedule
 from .chains import (
     ReplayBuffer,
     box_of,
@@ -208,7 +208,8 @@ class EBMTrainer:
         self.transition = _training_transition(
             be, model, opt, self.buffer, start, batch_size, energy_l2
         )
-        self._state, self._calls, self._infos = None, 0, []
+        self._state, self._calls, self._infos, self._done = None, 0, [], 0
+        self._rates = Rates(opt.lr, unit_schedule(opt))
         self.failure = None
 
     def run(self, num_steps: int, progress: bool = False) -> None:
@@ -224,9 +225,10 @@ class EBMTrainer:
             self.backend, transition, self._position, num_steps=num_steps,
             seed=self.seed + self._calls, data=self._data, batches=self._batches,
             name=f"ebm ({self.model.chain.sampler})", progress=progress,
-            chunk_size=self.chunk_size,
+            chunk_size=self.chunk_size, rates=self._rates, first_step=self._done,
         )  # fmt: skip
         self._calls += 1
+        self._done += len(run.step_infos.get("loss", np.zeros((1, 0)))[0])
         self._state = run.final_state if run.final_state is not None else self._state
         self._infos.append(run.step_infos)
         _read_back(self.model, self._state, self.buffer, self._infos)
@@ -272,7 +274,7 @@ def _training_transition(be, model: EnergyModel, opt_config, buffer, start, batc
             state["buffer"] = bm.reshape(position, (buffer.size, rows[1]))
         return state
 
-    def step(key, state, batch, rate):
+    def step(key, state, batch, lr):
         keys = be.random.split(key, 3)
         x_pos = batch.data[batch.indices]  # x⁺ ~ D (line 9)
         fresh = (
@@ -287,7 +289,7 @@ def _training_transition(be, model: EnergyModel, opt_config, buffer, start, batc
         m = be.math
         grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
         ok = m.isfinite(value) & m.isfinite(grad_norm)
-        params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok)
+        params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok, lr)
         new = {"params": params, "optimizer": opt_state}  # line 11
         if buffer is not None:
             new["buffer"] = buffer.put(state["buffer"], bm.reshape(x_neg, rows))

@@ -11,9 +11,13 @@ array a kept step keeps. :func:`run_chains` runs it:
   them and the method allows it, else one after another; chain c has its own key and its own
   minibatch order, so a chain's draws do not depend on how many chains run beside it;
 - with the data on the fit's device, passed to every step; only minibatch indices (one shuffle
-  per epoch, :class:`~ppl_bdl.inference.minibatch.EpochBatches`) and the step's rate (a
-  schedule evaluated ahead on the host) cross from the host per chunk, and only the kept
-  steps' draws come back;
+  per epoch, :class:`~ppl_bdl.inference.minibatch.EpochBatches`) cross from the host per chunk,
+  and only the kept steps' draws come back;
+- with each step's rate (an SG-MCMC step size, a learning rate) from :class:`Rates`: its
+  scale a runtime input (a step-size pilot and the run it sets up, or a learning rate cut on a
+  plateau, share one compiled program) times its schedule evaluated in the step at the step
+  counter the loop carries (a per-step rate read from an input array cost XLA's CPU runtime
+  more than a toy step's own work: docs/benchmarks.md);
 - stopping at the first step whose ``info`` holds a non-finite number (the potential, a
   gradient norm, the loss), with that step and chain and the state before it (the backend's
   loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before.
@@ -26,14 +30,14 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError
 
-__all__ = ["Batch", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
+__all__ = ["Batch", "Rates", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
 
 #: Steps per compiled chunk at most (the host reads results and shows progress per chunk).
 MAX_CHUNK = 1000
@@ -43,6 +47,21 @@ MAX_ROW_FLOATS = 64_000_000
 #: Compiled runners by transition step (then backend and vectorisation): runs that share a step
 #: function (a step-size pilot and the run it sets up) share one compiled program.
 _RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Rates(NamedTuple):
+    """Every step's rate: ``scale`` × ``unit(t)`` at step t of the run (``unit`` written with
+    :mod:`ppl_bdl.math`, evaluated in the compiled step; None: the constant 1, no work per
+    step). ``scale`` is a runtime input: changing it compiles nothing.
+
+    Example
+    -------
+    >>> Rates(1e-3).scale, Rates(1e-3).unit is None
+    (0.001, True)
+    """
+
+    scale: float
+    unit: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -115,29 +134,31 @@ def chain_seed(seed: int, chain: int) -> int:
 
 def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
-    batches: Callable[[int], Any], name: str, rates: np.ndarray | None = None,
+    batches: Callable[[int], Any], name: str, rates: Rates | None = None,
     progress: bool = False, chain_ids: list[int] | None = None, vectorize: bool = True,
-    trace: bool = False,
+    trace: bool = False, first_step: int = 0,
 ) -> RunResult:  # fmt: skip
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
     ``batches(chain)`` gives a chain's minibatch indices (an
     :class:`~ppl_bdl.inference.minibatch.EpochBatches`, or None for the full batch); ``rates``
-    the rate of every step (None: no schedule); ``chain_ids`` the chains' numbers (their seeds;
+    the steps' rates (:class:`Rates`; None: the transition takes none); ``chain_ids`` the chains' numbers (their seeds;
     default 0, 1, ...); ``vectorize=False`` runs them one after another even where the backend
     could vectorise them; ``trace``: every step's infos come back (``step_infos``), not only
-    the kept steps' (VI's losses, the step-size pilot's potentials)."""
+    the kept steps' (VI's losses, the step-size pilot's potentials); ``first_step``: the step
+    counter's start (the rates' schedule reads it: a run continued in parts)."""
     chains = list(range(len(positions))) if chain_ids is None else list(chain_ids)
     vectorised = vectorize and backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
-    runner = _runner(backend, transition, vectorised)
+    runner = _runner(backend, transition, vectorised, None if rates is None else rates.unit)
     parts, failure, final = [], None, None
     try:
         for group in groups:
             rows = np.stack([positions[chains.index(c)] for c in group])
             part = _run_group(backend, transition, runner, rows, group, seed, plan, data,
-                              [batches(c) for c in group], rates, vectorised, bar, trace)  # fmt: skip
+                              [batches(c) for c in group], rates, vectorised, bar, trace,
+                              first_step)  # fmt: skip
             parts.append(part)
             final, failure = part.final_state, part.failure
             if failure is not None:
@@ -148,13 +169,13 @@ def run_chains(
     return _collect(parts, final, failure)
 
 
-def _runner(be, transition: Transition, vectorised: bool):
+def _runner(be, transition: Transition, vectorised: bool, unit):
     runners = _RUNNERS.setdefault(transition.step, {})
-    if (be, vectorised) not in runners:
-        runners[be, vectorised] = be.compile_loop(
-            _loop_step(be, transition, vectorised), transition.emit
+    if (be, vectorised, unit) not in runners:
+        runners[be, vectorised, unit] = be.compile_loop(
+            _loop_step(be, transition, vectorised, unit), transition.emit
         )
-    return runners[be, vectorised]
+    return runners[be, vectorised, unit]
 
 
 @dataclass
@@ -170,7 +191,7 @@ class _Part:
 
 
 def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, rates,
-               vectorised, bar, trace) -> _Part:  # fmt: skip
+               vectorised, bar, trace, first_step) -> _Part:  # fmt: skip
     with be.scope(), be.activate():
         keys = [be.random.split(be.random.key(chain_seed(seed, c))) for c in group]
         states = [
@@ -178,6 +199,10 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         ]
         state = be.tree_map(lambda *a: be.math.stack(list(a)), *states) if vectorised else states[0]
         chain_keys = [k[1] for k in keys]
+        # What every step reads unchanged: the data, the rates' scale, the chains' keys.
+        scale = be.asarray(1.0 if rates is None else rates.scale)
+        chain_keys = be.math.stack(chain_keys) if vectorised else chain_keys[0]
+        inputs = (data, scale, chain_keys)
     rows, kept_infos, step_infos = [], [], []
     failure = None
     for start in range(0, plan.num_steps, plan.chunk):
@@ -185,8 +210,11 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         keep = plan.keep[start : start + steps]
         try:
             with be.scope(), be.activate():
-                xs = _inputs(be, plan.chunk, start, steps, batches, chain_keys, rates, vectorised)
-                result = runner(state, xs, data, keep, plan.rows, trace)
+                xs = _inputs(be, plan.chunk, steps, batches, vectorised)
+                padded = np.zeros(plan.chunk, bool)
+                padded[:steps] = keep
+                result = runner(state, xs, inputs, padded, steps, first_step + start, plan.rows,
+                                trace)  # fmt: skip
         except KeyboardInterrupt:
             failure = Failure(start, group[:1], "interrupted")
             break
@@ -268,35 +296,37 @@ def _failed_chains(info: dict | None, vectorised: bool) -> list[int]:
     return [] if bad is None else [int(i) for i in np.flatnonzero(bad)]
 
 
-def _loop_step(be, transition: Transition, vectorised: bool):
-    def one(state, key, idx, rate, data):
+def _loop_step(be, transition: Transition, vectorised: bool, unit):
+    """The loop's step t: the transition (vmapped over the chains), each chain's key folded
+    with t, the rate scale × unit(t)."""
+
+    def one(state, chain_key, idx, rate, data, t):
+        key = be.random.fold_in(chain_key, t)
         return transition.step(key, state, Batch(data, idx), rate)
 
-    def step(state, x, data):
+    def step(state, x, inputs, t):
         with be.activate():
-            idx, rate = x.get("idx"), x.get("rate")
+            data, scale, chain_keys = inputs
+            rate = scale if unit is None else scale * unit(t)
+            idx = x.get("idx")
             if vectorised:
-                axes = (0, 0, None if idx is None else 0, None, None)
-                return be.vmap(one, in_axes=axes)(state, x["key"], idx, rate, data)
-            return one(state, x["key"], idx, rate, data)
+                axes = (0, 0, None if idx is None else 0, None, None, None)
+                return be.vmap(one, in_axes=axes)(state, chain_keys, idx, rate, data, t)
+            return one(state, chain_keys, idx, rate, data, t)
 
     return step
 
 
-def _inputs(be, length: int, start: int, steps: int, batches, chain_keys, rates, vectorised):
-    """A chunk's per-step inputs, padded to the compiled ``length``: every step's key (made in
-    one call per chain before the chunk runs: a split inside the loop body costs more than a toy
-    step's own work; step t's key depends only on its chain's key and t, not on the chunking),
-    the minibatch indices and the rate."""
-    per_chain = [be.random.step_keys(key, start, length) for key in chain_keys]
-    xs = {"key": be.math.stack(per_chain, axis=1) if vectorised else per_chain[0]}
+def _inputs(be, length: int, steps: int, batches, vectorised: bool) -> dict:
+    """A chunk's per-step inputs, padded to the compiled ``length``: the minibatch indices
+    (nothing for full-batch steps; a step's key is its chain's key folded with the step's
+    number, in the step)."""
+    xs = {}
     if batches[0] is not None:
         blocks = [b.next_block(steps) for b in batches]  # (steps, B) per chain
         idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
         idx[:steps] = np.stack(blocks, axis=1)
         xs["idx"] = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
-    if rates is not None:
-        xs["rate"] = be.asarray(np.pad(rates[start : start + steps], (0, length - steps)))
     return xs
 
 

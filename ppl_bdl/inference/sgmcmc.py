@@ -4,7 +4,8 @@
 :func:`sgmcmc_transition` builds the per-chain transition every runner shares (``fit``'s driver,
 and the native adapters that let ``numpyro.infer.MCMC`` / ``pyro.infer.MCMC`` drive our
 kernels): the kernel gets the minibatch potential Ũ(θ) of the chapter's Eq. 2.8 and its gradient,
-and each step's size from the schedule, evaluated ahead on the host (:func:`step_sizes`).
+and each step's size α_0 × the schedule's shape at the step counter (:func:`unit_schedule`,
+evaluated in the compiled step; α_0 a runtime input).
 :func:`run_sgmcmc` plans the run (warmup, thinning, the sampling stages of cyclical kernels) and
 hands it to :func:`ppl_bdl.inference.driver.run_chains`.
 
@@ -29,7 +30,7 @@ from ..kernels import registry
 from ..kernels.registry import KernelEntry
 from ..layout import ModelDensity
 from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
-from .driver import plan_run, run_chains
+from .driver import Rates, plan_run, run_chains
 from .failures import raise_failure
 from .minibatch import EpochBatches
 from .posterior_from_draws import build_posterior
@@ -178,7 +179,7 @@ def run_sgmcmc(
     num_steps = len(keep)
     transition, data = sgmcmc_transition(setup, config, plate, num_steps)
     positions = initial_positions(setup, init, num_chains, seed)
-    unit = step_sizes(be, config, 1.0, num_steps)
+    unit = unit_schedule(config, num_steps)
 
     def batches(chain: int):
         return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
@@ -189,26 +190,34 @@ def run_sgmcmc(
     setup.settings["step_size"] = step_size
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
-    rates = step_size * unit
-    run = run_chains(be, transition, positions[chains], seed, plan, data, batches, name, rates,
-                     progress, chain_ids=chains)  # fmt: skip
+    run = run_chains(be, transition, positions[chains], seed, plan, data, batches, name,
+                     Rates(step_size, unit), progress, chain_ids=chains)  # fmt: skip
     if run.failure is not None:
+        size = step_sizes(be, config, step_size, num_steps)[run.failure.step]
         raise_failure(setup, run, kind=f"SG-MCMC kernel {name!r}", requested=num_samples,
-                      method=name, step_size=float(rates[run.failure.step]),
-                      log_likelihood=log_likelihood)  # fmt: skip
+                      method=name, step_size=float(size), log_likelihood=log_likelihood)  # fmt: skip
     return build_posterior(setup, run.draws, run.infos, name, log_likelihood=log_likelihood)
 
 
-def step_sizes(backend, config: SGMCMCConfig, step_size: float, num_steps: int) -> np.ndarray:
-    """α_t for t = 0 .. ``num_steps`` − 1 of ``config``'s schedule with α_0 = ``step_size``
-    (NumPy, the fit's precision: what the steps get)."""
-    schedule = make_schedule(
-        config.schedule, step_size, num_steps=num_steps, num_cycles=config.num_cycles,
+def unit_schedule(config: SGMCMCConfig, num_steps: int):
+    """The schedule's shape at α_0 = 1, a function of the step counter evaluated in the
+    compiled step (:class:`~ppl_bdl.inference.driver.Rates`); None for the constant one."""
+    if config.schedule == "constant":
+        return None
+    return make_schedule(
+        config.schedule, 1.0, num_steps=num_steps, num_cycles=config.num_cycles,
         decay_offset=config.decay_offset, decay_power=config.decay_power,
     )  # fmt: skip
+
+
+def step_sizes(backend, config: SGMCMCConfig, step_size: float, num_steps: int) -> np.ndarray:
+    """α_t for t = 0 .. ``num_steps`` − 1 (NumPy, the fit's precision: what the steps get)."""
+    unit = unit_schedule(config, num_steps)
+    if unit is None:
+        return np.full(num_steps, step_size)
     with backend.scope(), backend.activate():
         steps = backend.asarray(np.arange(num_steps), dtype="int")
-        return np.asarray(backend.to_numpy(schedule(steps)), dtype=float)
+        return step_size * np.asarray(backend.to_numpy(unit(steps)), dtype=float)
 
 
 def sgmcmc_transition(

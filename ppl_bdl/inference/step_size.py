@@ -47,7 +47,7 @@ import numpy as np
 from ..backend_protocol import Transition
 from ..errors import ConfigError, InferenceError
 from ..schedules import _check_step_size
-from .driver import RunPlan, run_chains
+from .driver import Rates, RunPlan, run_chains
 
 #: Steps of one pilot run.
 PILOT_STEPS = 100
@@ -65,21 +65,21 @@ def check_step_size(step_size: Any) -> float:
 
 
 def choose_step_size(
-    backend, transition: Transition, positions: np.ndarray, data, batches, unit: np.ndarray,
-    seed: int, name: str,
+    backend, transition: Transition, positions: np.ndarray, data, batches, unit, seed: int,
+    name: str,
 ) -> float:  # fmt: skip
     """The pilot's step size (see the module docstring) for chains starting at ``positions``
-    (chain, d); ``unit`` is the run's schedule at α_0 = 1 (the pilot's steps take its start)."""
+    (chain, d); ``unit`` is the run's schedule at α_0 = 1 (the pilot's steps take its start;
+    the pilot shares the run's compiled program, α_0 being a runtime input)."""
     positions = np.atleast_2d(positions)
     plan = RunPlan(np.zeros(PILOT_STEPS, bool), PILOT_STEPS, 0)
-    shape = np.resize(np.asarray(unit, dtype=float), PILOT_STEPS)
     results: dict[int, bool] = {}
 
     def passes(index: int) -> bool:
         if index not in results:
             run = run_chains(
                 backend, transition, positions, seed + 7919, plan, data, batches,
-                f"{name} step-size pilot", rates=GRID[index] * shape, trace=True,
+                f"{name} step-size pilot", rates=Rates(GRID[index], unit), trace=True,
             )  # fmt: skip
             results[index] = run.failure is None and not climbs(
                 run.step_infos["potential"], positions.shape[1]

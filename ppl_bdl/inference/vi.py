@@ -36,13 +36,13 @@ from ..errors import ConfigError, InferenceError
 from ..guides.base import FittedGuide, ParamLayout
 from ..layout import ModelDensity
 from ..objectives import ModelParams, ObjectiveConfig, analytic_kl_sites, make_loss
-from ..optim import OptimizerConfig
+from ..optim import OptimizerConfig, unit_schedule
 from .common import Setup, build_posterior
-from .driver import RunPlan, plan_run, progress_bar, run_chains
+from .driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from .minibatch import EpochBatches
 from .setup import minibatch_plate
 from .vi_guides import build_guide, guide_init
-from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, segment_length
+from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, Plateau, segment_length
 
 #: The learning rate of a guide by default (others: 0.01): a flow's coupling networks diverged
 #: at 0.01 on the shipped sine BNN (the loss went 185 -> 76,000 and sigma to 2.9 on NumPyro).
@@ -57,6 +57,11 @@ DEFAULT_PARTICLES = {"flow": 8}
 RUN_OPTIONS = {
     "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
     "lr", "momentum", "schedule", "decay", "clip_norm", "init_loc", "chunk_size",
+    "plateau_factor", "plateau_patience", "plateau_cuts",
+}  # fmt: skip
+#: The reduce-on-plateau rule's options (``schedule="plateau"`` only) and their Plateau fields.
+PLATEAU_OPTIONS = {
+    "plateau_factor": "factor", "plateau_patience": "patience", "plateau_cuts": "max_cuts"
 }  # fmt: skip
 
 
@@ -77,8 +82,11 @@ def run_vi(
     "analytic", "mc"), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
     the loss has converged, at least 2,000 and at most 50,000 steps; see
     :mod:`~ppl_bdl.inference.vi_monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
-    (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("constant",
-    "exponential", "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
+    (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("plateau", the
+    default with ``num_steps=None``: the lr cut by ``plateau_factor`` (0.5) after
+    ``plateau_patience`` (3) flat segments, at most ``plateau_cuts`` (3) times, the steps in
+    ``settings["lr_cuts"]``; "constant", the default with ``num_steps``; "exponential",
+    "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
     coordinate-wise median of 20 prior draws, robust and not exactly symmetric, so BNN units
     start apart; "prior": one prior draw; a dict of site values; a flat array),
     ``chunk_size`` (steps per compiled call), and the guide's own settings (``rank``, ``blocks``,
@@ -88,7 +96,8 @@ def run_vi(
     losses, failure, monitor = run.fit(progress=progress)
     setup.settings.update(
         num_steps=None if run.auto else run.num_steps, steps_run=len(losses),
-        best_step=monitor.best_step,
+        best_step=monitor.best_step, schedule=run.schedule,
+        lr_cuts=list(run.lr_cuts) if run.plateau is not None else None,
         stopped_at=run.stopped_at, stop_reason="diverging" if run.stopped_at else None,
     )  # fmt: skip
     post = None
@@ -150,13 +159,26 @@ class VIRun:
             run_opts.get("num_particles", DEFAULT_PARTICLES.get(name, 1)),
             run_opts.get("kl", "auto"),
         )  # fmt: skip
+        # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
+        # is then left behind); a run of num_steps keeps a constant lr unless asked.
+        schedule = run_opts.get("schedule", "plateau" if self.auto else "constant")
         opt_config = OptimizerConfig.build(
             optimizer=run_opts.get("optimizer", "adam"),
             lr=run_opts.get("lr", DEFAULT_LR.get(name, 1e-2)),
-            momentum=run_opts.get("momentum", 0.0), schedule=run_opts.get("schedule", "constant"),
+            momentum=run_opts.get("momentum", 0.0), schedule=schedule,
             decay=run_opts.get("decay", 0.1), clip_norm=run_opts.get("clip_norm"),
             num_steps=num_steps,
         )  # fmt: skip
+        plateau = {v: run_opts[k] for k, v in PLATEAU_OPTIONS.items() if k in run_opts}
+        if plateau and schedule != "plateau":
+            given = ", ".join(k for k in PLATEAU_OPTIONS if k in run_opts)
+            raise ConfigError(
+                f"option(s) {given}: apply to schedule='plateau' only, got schedule={schedule!r}. "
+                "Pass schedule='plateau' (the default with num_steps=None), or leave them out."
+            )
+        #: The reduce-on-plateau rule (None for another schedule), and the lr's cuts so far.
+        self.plateau = Plateau.build(**plateau) if schedule == "plateau" else None
+        self.schedule, self.lr_cuts = schedule, []
         self.chunk_size = run_opts.get("chunk_size")
         self.batch_size = run_opts.get("batch_size")
         self.minibatch = minibatch_plate(setup, self.batch_size)
@@ -185,6 +207,10 @@ class VIRun:
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
             self.transition = self._transition(be.optimizer(opt_config))
+        #: The steps' learning rates: lr x the plateau's factor (``set_lr_scale``) x the
+        #: schedule's shape at the run's step counter, evaluated in the compiled step.
+        self.lr, self.lr_scale, self._unit = opt_config.lr, 1.0, unit_schedule(opt_config)
+        self.steps_done = 0
         self.state, self._calls = None, 0
         self._batches = (
             EpochBatches(self.minibatch[1], self.batch_size, seed) if self.minibatch else None
@@ -214,28 +240,27 @@ class VIRun:
             params = {k: be.asarray(v) for k, v in self._initial.items()}
             return {"params": params, "optimizer": optimizer.init(params)}
 
-        def step(key, state, batch, rate):
+        def step(key, state, batch, lr):
             loss, grads = value_and_grad(state["params"], noise(key), batch)
             grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
             ok = m.isfinite(loss) & m.isfinite(grad_norm)
-            params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok)
-            return {"params": params, "optimizer": opt_state}, {
-                "loss": loss,
-                "grad_norm": grad_norm,
-            }
+            params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok, lr)
+            return {"params": params, "optimizer": opt_state}, {"loss": loss, "grad_norm": grad_norm}
 
         return Transition(init, step, lambda state: {})
 
     def fit(self, progress: bool = False):
         """Run ``num_steps`` steps in segments, watched by a
         :class:`~ppl_bdl.inference.vi_monitor.LossMonitor`: stop early when the loss diverges
-        (``self.stopped_at``), keep the parameters at the best smoothed loss.
+        (``self.stopped_at``), keep the parameters at the best smoothed loss, and with
+        ``schedule="plateau"`` cut the lr where the loss flattens (``self.lr_cuts``: the steps;
+        until converged, the run ends once it is flat after the last cut).
 
         Returns the losses of every step run, None or ``(step, reason)`` as :meth:`steps`
         does, and the monitor (``best_step``, ``best_params``)."""
         segment = segment_length(self.num_steps, self.chunk_size)
-        monitor, parts, failure, done = LossMonitor(), [], None, 0
-        self.stopped_at = None
+        monitor, parts, failure, done = LossMonitor(self.plateau), [], None, 0
+        self.stopped_at, self.lr_cuts = None, monitor.cuts
         bar = progress_bar(self.num_steps, "vi") if progress else None
         try:
             while done < self.num_steps and failure is None:
@@ -250,9 +275,12 @@ class VIRun:
                 done += len(losses)
                 if bar is not None:
                     bar.update(len(losses))
-                if failure is None and monitor.update(done, losses, self._current) is not None:
+                verdict = None if failure else monitor.update(done, losses, self._current)
+                if verdict == "diverging":
                     self.stopped_at = done
                     break
+                if verdict == "lr_cut":
+                    self.set_lr_scale(monitor.lr_scale)
                 if self.auto and done >= AUTO_MIN_STEPS and monitor.converged():
                     break
         finally:
@@ -278,21 +306,32 @@ class VIRun:
         if self.state is not None:  # go on from where the last call stopped
             state = self.state
             transition = Transition(lambda *args: state, transition.step, transition.emit)
+        rates = Rates(self.lr * self.lr_scale, self._unit)
         run = run_chains(
             be, transition, np.zeros((1, 1)), self.seed + self._calls, plan, self.density.data,
-            lambda chain: self._batches, "vi", progress=progress, trace=True,
+            lambda chain: self._batches, "vi", rates, progress=progress, trace=True,
+            first_step=self.steps_done,
         )  # fmt: skip
         self._calls += 1
         self.state = run.final_state
         losses = run.step_infos.get("loss", np.zeros((1, 0)))[0].astype(float)
+        self.steps_done += len(losses)
         if run.failure is None:
             return losses, None
         return losses, (run.failure.step, run.failure.reason)
 
+    def set_lr_scale(self, scale: float) -> None:
+        """Multiply the learning rate by ``scale`` (relative to the schedule's) from the next
+        step on: the scale of the run's :class:`~ppl_bdl.inference.driver.Rates`, an input of
+        the compiled loop, so nothing compiles again."""
+        self.lr_scale = float(scale)
+
     def _current(self) -> dict:
+        """A host copy of the current parameters (a copy: torch's optimizer updates its
+        tensors in place, and a NumPy view of them would follow)."""
         with self.setup.backend.scope(), self.setup.backend.activate():
             params = self.state["params"] if self.state is not None else self._initial
-            return {k: np.asarray(self.setup.backend.to_numpy(v)) for k, v in params.items()}
+            return {k: np.array(self.setup.backend.to_numpy(v)) for k, v in params.items()}
 
     def fitted_guide(self, params: dict | None = None) -> FittedGuide:
         """The guide at ``params`` (host arrays, e.g. the best ones), else the current ones."""
