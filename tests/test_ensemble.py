@@ -136,6 +136,7 @@ def test_ensemble_settings_are_checked():
         ({"anchored": "yes"}, "anchored must be True, False or a non-empty list"),
         ({"step_size": 0.1}, r"unknown option\(s\) \['step_size'\]"),
         ({"lr": -1.0}, "lr must be"),
+        ({"schedule": "plateau"}, "schedule='plateau' does not apply"),
         ({"chain_ids": [5], "num_members": 3}, r"chain_ids .* \[0, 3\)"),
     ]:
         with pytest.raises(ConfigError, match=match):

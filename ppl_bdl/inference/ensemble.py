@@ -60,8 +60,8 @@ import numpy as np
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError, InferenceError
 from ..layout import ModelDensity
-from ..optim import OptimizerConfig
-from .driver import RunResult, plan_run, run_chains
+from ..optim import OptimizerConfig, unit_schedule
+from .driver import Rates, RunResult, plan_run, run_chains
 from .minibatch import EpochBatches
 from .posterior_from_draws import build_posterior
 from .setup import Setup, minibatch_plate
@@ -90,7 +90,8 @@ class EnsembleConfig:
     ``num_members`` M (5), ``num_steps`` optimizer steps per member (2000), ``batch_size`` (None:
     full-batch steps), ``anchored`` (False; True: every latent site; or a tuple of site names),
     ``optimizer`` (an :class:`~ppl_bdl.optim.OptimizerConfig`: ``optimizer``, ``lr`` (0.01),
-    ``momentum``, ``schedule``, ``decay``, ``clip_norm``) and ``chunk_size``.
+    ``momentum``, ``schedule`` ("constant", "exponential" or "cosine": the steps' rates, a
+    :class:`~ppl_bdl.inference.driver.Rates`), ``decay``, ``clip_norm``) and ``chunk_size``.
 
     Example
     -------
@@ -118,6 +119,12 @@ class EnsembleConfig:
             raise ConfigError(
                 f"unknown option(s) {sorted(unknown)} for method='ensemble'; expected some of "
                 f"{sorted(OPTIONS)} (and the fit's own: seed, init, precision, device, ...)."
+            )
+        if schedule == "plateau":  # VI's monitor cuts the lr; an ensemble runs a fixed length
+            raise ConfigError(
+                "schedule='plateau' does not apply to method='ensemble': the lr is cut on a "
+                "plateau by VI's convergence monitor, and a member runs num_steps steps without "
+                "one. Use schedule='constant', 'exponential' or 'cosine'."
             )
         members = _count("num_members", num_members, 5)
         steps = _count("num_steps", num_steps, 2000)
@@ -242,8 +249,8 @@ def ensemble_transition(
     member's anchor θ_anc = μ + s·ε, ε ~ N(0, I) from the member's key; with
     ``start_at_anchor`` the position takes the anchor's values in the anchored coordinates);
     ``step``: the (anchored) potential's value and gradient on the minibatch and the optimizer's
-    update, skipped where they are not finite; info ``loss`` and ``grad_norm``; ``emit``: the
-    position."""
+    update with the step's learning rate ``rate`` (the run's :class:`Rates`), skipped where they
+    are not finite; info ``loss`` and ``grad_norm``; ``emit``: the position."""
     be, dim = setup.backend, setup.layout.dim
     density = ModelDensity(setup.bound, be, setup.layout, setup.params)
     plate_name = plate[0] if plate else None
@@ -284,7 +291,7 @@ def ensemble_transition(
         grad_norm = m.sqrt(m.sum(grad * grad))
         ok = m.isfinite(loss) & m.isfinite(grad_norm)
         params, opt_state = optimizer.update(
-            {"theta": grad}, state["optimizer"], state["params"], ok
+            {"theta": grad}, state["optimizer"], state["params"], ok, rate
         )
         return {**state, "params": params, "optimizer": opt_state}, {
             "loss": loss,
@@ -318,8 +325,10 @@ def run_ensemble(
     def batches(member: int):
         return EpochBatches(plate[1], config.batch_size, [seed, member, 7]) if plate else None
 
+    # The steps' learning rates: lr x the schedule's shape at the step counter (in the step).
+    rates = Rates(config.optimizer.lr, unit_schedule(config.optimizer))
     run = run_chains(be, transition, positions[members], seed, plan, data, batches, "ensemble",
-                     progress=progress, chain_ids=members, trace=True)  # fmt: skip
+                     rates, progress=progress, chain_ids=members, trace=True)  # fmt: skip
     if run.failure is not None:
         _raise_failure(setup, run, transition, members, log_likelihood)
     return build_posterior(setup, run.draws, run.infos, "ensemble", log_likelihood=log_likelihood,
