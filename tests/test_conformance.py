@@ -54,7 +54,7 @@ def _options(method: str, quick: bool) -> dict:
     if method.startswith("vi-"):
         return dict(method="vi", guide=method[3:], num_steps=50, num_samples=10)
     if method == "ensemble":
-        return dict(method="ensemble", num_members=2, num_steps=50)
+        return dict(method="ensemble", num_members=2, num_steps=100, lr=0.1, schedule="cosine")
     step = dict(step_size=1e-4) if quick else {}  # the slow grid picks its step sizes itself
     return dict(method=method, num_warmup=20, num_samples=10, num_chains=2, **step)
 
