@@ -7,8 +7,8 @@ draws that hit the maximum tree depth, mean acceptance far from its target; for 
 on a diverging loss, a loss that ended far above its running minimum or has not flattened, and the
 Pareto k̂ of the importance weights p(x, θ) / q(θ) at draws from the guide (PSIS, Vehtari et al.
 2024, as :func:`arviz.psislw` computes it); for an ensemble, each member's loss curve as VI's
-(no R-hat or ESS: its members are optima, not chains). Each :class:`Finding` names the sites concerned, the
-value seen, the threshold and what to try. ``fit`` logs the report as one
+(no R-hat or ESS: its members are optima, not chains). Each :class:`Finding` names the sites
+concerned, the value seen, the threshold and what to try. ``fit`` logs the report as one
 :class:`ConvergenceWarning`, keeps it as ``post.diagnostics``, and with ``strict=True`` raises
 :class:`ConvergenceError` instead (the posterior in ``error.partial``).
 
@@ -63,8 +63,8 @@ _LABELS = {
     ),
     "ensemble_above_minimum": "member losses ended up to {value:.3g} above their running minimum "
     "(> {threshold:.3g})",
-    "ensemble_not_flat": "member losses still fell by up to {value:.1%} of their whole fall over the "
-    "last 10% of steps (> {threshold:.0%})",
+    "ensemble_not_flat": "member losses still fell by up to {value:.1%} of their whole fall "
+    "over the last 10% of steps (> {threshold:.0%})",
     "psis_khat": "Pareto k̂ {value:.2f} > {threshold:.2f}",
     "cavi_not_converged": "CAVI's ELBO still changed by more than tol={threshold:.2g} after "
     "{value:.0f} sweeps",

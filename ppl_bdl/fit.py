@@ -72,9 +72,10 @@ def fit(
     num_warmup, num_samples, num_chains, thinning : int
         ``num_samples`` draws (default 1000) are kept per chain; a chain runs
         ``num_warmup + num_samples * thinning`` steps on every method and backend (defaults:
-        1000 warmup steps, 4 chains, no thinning). VI fits one guide for ``num_steps`` steps and keeps ``num_samples`` draws from it, so
-        ``num_warmup``, ``num_chains`` (other than 1), ``thinning`` and ``init`` (VI's start is
-        ``init_loc``) are errors there, not silently ignored. An ensemble keeps one draw per
+        1000 warmup steps, 4 chains, no thinning). VI fits one guide for ``num_steps`` steps
+        and keeps ``num_samples`` draws from it, so ``num_warmup``, ``num_chains`` (other than
+        1), ``thinning`` and ``init`` (VI's start is ``init_loc``) are errors there, not
+        silently ignored. An ensemble keeps one draw per
         member (``num_members``): ``num_samples``, ``num_chains``, ``num_warmup`` and
         ``thinning`` are errors there.
     seed : int
@@ -102,12 +103,13 @@ def fit(
         (the posterior in ``error.partial``), for pipelines.
     hold_params : bool
         MCMC and ensembles: a model's ``bdl.param`` sites are not sampled; NUTS, HMC, SG-MCMC
-        and ensembles refuse such a model unless ``hold_params=True`` says to hold them at their initial values. (VI
-        fits them as point estimates.)
+        and ensembles refuse such a model unless ``hold_params=True`` says to hold them at
+        their initial values. (VI fits them as point estimates.)
     chain_ids : list of int, optional
         MCMC and ensembles: run just these chains of the ``num_chains`` (the members of the
-        ``num_members``; what one task of an executor runs); each chain's draws are those it has in the whole run (a chain's draws depend on
-        the seed and its number only), and the posterior holds them in this order.
+        ``num_members``; what one task of an executor runs); each chain's draws are those it
+        has in the whole run (a chain's draws depend on the seed and its number only), and the
+        posterior holds them in this order.
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
         ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or

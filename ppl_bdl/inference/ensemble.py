@@ -139,9 +139,10 @@ class EnsembleConfig:
     def settings(self) -> dict:
         """The settings saved with the posterior (JSON values)."""
         anchored = self.anchored if isinstance(self.anchored, bool) else list(self.anchored)
+        opt = self.optimizer
         return dict(num_members=self.num_members, num_steps=self.num_steps,
-                    batch_size=self.batch_size, anchored=anchored, lr=self.optimizer.lr,
-                    optimizer=self.optimizer.optimizer, schedule=self.optimizer.schedule)  # fmt: skip
+                    batch_size=self.batch_size, anchored=anchored, lr=opt.lr,
+                    optimizer=opt.optimizer, schedule=opt.schedule)  # fmt: skip
 
 
 def _check_anchored(anchored: Any) -> bool | tuple[str, ...]:
