@@ -166,7 +166,7 @@ def check_fit(post, log_weights=None) -> Diagnostics:
     if post.method == "cavi":
         return Diagnostics(cavi_findings(post.settings, log_weights))
     if post.method == "ensemble":
-        return Diagnostics(ensemble_findings(post.losses))
+        return Diagnostics(ensemble_findings(post.losses, post.settings.get("members")))
     findings = mcmc_findings(post)
     findings += sampler_findings(post.sample_stats, post.method, post.settings)
     return Diagnostics(findings)
@@ -330,21 +330,23 @@ def _loss_curve_findings(losses) -> list[Finding]:
     return [Finding(f"vi_{k}", (), *v, _CURVE_ADVICE[k]) for k, v in checks.items()]
 
 
-def ensemble_findings(losses) -> list[Finding]:
+def ensemble_findings(losses, members=None) -> list[Finding]:
     """An ensemble's checks (:mod:`ppl_bdl.inference.ensemble`): each member's loss curve (as
-    VI's), the members concerned named; no R-hat or ESS (the members are independent optima, one
+    VI's), the members concerned named (``members``: the rows' member numbers, default 0, 1,
+    ...; a fit of some ``chain_ids``); no R-hat or ESS (the members are independent optima, one
     draw each). A member whose loss turns non-finite stops the fit with an error instead.
 
     Example
     -------
     >>> import numpy as np
     >>> flat, falling = np.full(200, 5.0), np.linspace(100.0, 0.0, 200)
-    >>> [f.sites for f in ensemble_findings(np.stack([flat, falling]))]
-    [('member 1',)]
+    >>> [f.sites for f in ensemble_findings(np.stack([flat, falling]), members=[3, 4])]
+    [('member 4',)]
     """
     losses = np.asarray(losses if losses is not None else np.zeros((0, 0)), dtype=float)
-    failed: dict[str, dict[str, tuple[float, float]]] = {}
-    for member, curve in enumerate(losses.reshape(-1, losses.shape[-1]) if losses.size else []):
+    curves, failed = (losses.reshape(-1, losses.shape[-1]) if losses.size else []), {}
+    members = range(len(curves)) if members is None else members
+    for member, curve in zip(members, curves, strict=True):
         if curve.size >= 50:
             for kind, value in _loss_curve_checks(curve).items():
                 failed.setdefault(kind, {})[f"member {member}"] = value

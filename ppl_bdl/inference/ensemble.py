@@ -319,6 +319,7 @@ def run_ensemble(
     transition, data = ensemble_transition(setup, config, plate, anchors, init is None)
     positions = initial_positions(setup, init, config.num_members, seed)
     members = list(range(config.num_members)) if chain_ids is None else list(chain_ids)
+    setup.settings["members"] = members  # the chains' member numbers (diagnostics name them)
     keep = np.zeros(config.num_steps, bool)
     keep[-1] = True
     plan = plan_run(keep, len(members), setup.layout.dim, config.chunk_size, progress)
