@@ -13,7 +13,12 @@ import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.diagnostics import ConvergenceWarning
 from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.inference import driver
+from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition, resolve_anchors
+from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.setup import minibatch_plate, prepare
 from ppl_bdl.models import bnn, regression
+from ppl_bdl.optim import unit_schedule
 
 
 def _fit(bound, backend, **options):
@@ -166,3 +171,28 @@ def test_an_ensemble_saves_and_loads(tmp_path):
     back = bdl.load(ens.save(tmp_path / "ens.nc"), model(X, y))
     assert back.method == "ensemble" and back.losses.shape == (2, 60)
     np.testing.assert_allclose(back.samples["sigma"], ens.samples["sigma"])
+
+
+def test_the_anchored_step_has_no_per_step_gate():
+    """The compiled CPU loop of an anchored, minibatched ensemble on NumPyro selects nothing per
+    step (tests/test_loop_ops.py's guard for SG-MCMC): a non-finite step is the loop's to drop,
+    and the anchored term adds arithmetic only."""
+    pytest.importorskip("jax")
+    from ppl_bdl.backends._jax_loop import float_gates  # imports jax
+
+    X, y = _linear_data()
+    setup = prepare(regression.linear_regression_known_noise(X, y), "numpyro", "float32", 0)
+    config = EnsembleConfig.build(num_steps=20, batch_size=5, anchored=True, schedule="cosine")
+    plate = minibatch_plate(setup, config.batch_size)
+    transition, data = ensemble_transition(setup, config, plate, resolve_anchors(setup, True))
+    be, steps = setup.backend, config.num_steps
+    unit = unit_schedule(config.optimizer)
+    runner = be.compile_loop(driver._loop_step(be, transition, False, unit), transition.emit)
+    with be.scope(), be.activate():
+        state = transition.init(be.random.key(0), be.asarray(np.zeros(setup.layout.dim)), data)
+        xs = driver._inputs(be, steps, steps, [EpochBatches(10, 5, 0)], False)
+        inputs = (data, be.asarray(0.1), be.random.key(1))
+        header = np.full(4, steps, np.int32)
+        lowered = runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=1,
+                                    trace=True)  # fmt: skip
+    assert float_gates(lowered.as_text()) == 0
