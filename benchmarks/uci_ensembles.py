@@ -10,14 +10,21 @@ splits) beside Lakshminarayanan et al. 2017's, and the total seconds. Needs the 
 Usage::
 
     python benchmarks/uci_ensembles.py [--sets boston concrete yacht] [--splits 20]
-        [--backend numpyro] [--noise heteroscedastic] [--anchored] [--batch-size 16] [--lr 0.01]
+        [--backend numpyro] [--noise heteroscedastic] [--anchored] [--prior he]
+        [--batch-size 16] [--lr 0.01]
+
+``--prior he``: He's fan-in scaled normal prior (``nn.he_normal()``) instead of N(0, 1), the
+prior an anchored ensemble needs (see :func:`ppl_bdl.models.uci.uci_model`).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from ppl_bdl import nn
 from ppl_bdl.models import uci
+
+PRIORS = {"normal": None, "he": nn.he_normal()}
 
 
 def main() -> None:
@@ -27,6 +34,7 @@ def main() -> None:
     parser.add_argument("--backend", default="numpyro")
     parser.add_argument("--noise", default="heteroscedastic")
     parser.add_argument("--anchored", action="store_true")
+    parser.add_argument("--prior", choices=sorted(PRIORS), default="normal")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--members", type=int, default=5)
@@ -38,9 +46,9 @@ def main() -> None:
     for name in args.sets:
         proto = uci.protocol(name)
         splits = range(min(args.splits or proto.num_splits, proto.num_splits))
-        model = uci.uci_model(proto.num_hidden, args.noise)
+        model = uci.uci_model(proto.num_hidden, args.noise, PRIORS[args.prior])
         result = uci.run_uci(name, options, splits=splits, backend=args.backend, model=model,
-                             label=f"{args.backend} {args.noise}")  # fmt: skip
+                             label=f"{args.backend} {args.noise} {args.prior}")  # fmt: skip
         flagged = sum(bool(s.findings) for s in result.scores)
         print(
             f"{result}; within the published ±: {result.matches_published()}; "

@@ -158,14 +158,21 @@ def load_split(name: str, split: int, root: Path | None = None) -> UCISplit:
                     (X_test - x_mean) / x_sd, (y_test - y_mean) / y_sd, y_mean, y_sd)  # fmt: skip
 
 
-def uci_model(num_hidden: int = 50, noise: str = "heteroscedastic") -> bdl.Model:
+def uci_model(num_hidden: int = 50, noise: str = "heteroscedastic", prior=None) -> bdl.Model:
     """The protocol's network on standardised data: one hidden layer of ``num_hidden`` ReLU
-    units, N(0, 1) priors on the weights, and a learned noise scale (``noise``: see
+    units, N(0, 1) priors on the weights (or ``prior``: a scale, a distribution or a fan
+    function such as ``nn.he_normal()``), and a learned noise scale (``noise``: see
     :func:`ppl_bdl.models.bnn.make_bnn_regression`). "heteroscedastic" (the default): the
     network outputs the mean and the scale, as the deep-ensemble networks do (Lakshminarayanan
     et al. 2017, Sec. 2.2.1); "halfnormal": one σ ~ HalfNormal(1) (weak on the standardised
-    target); "gamma": PBP's Gamma(6, 6) precision."""
-    return make_bnn_regression(hidden=(num_hidden,), activation="relu", noise=noise)
+    target); "gamma": PBP's Gamma(6, 6) precision.
+
+    Anchored ensembles keep each member near its draw from the prior, so the prior must be a
+    sensible prior over functions: under N(0, 1) weights the output of 50 ReLU units has a
+    prior standard deviation of √(50·(d+1)/2 + 1), 13 to 19 standardised units for d = 6 to 13
+    inputs, and anchored members stay near such functions
+    (docs/benchmarks.md); a fan-in scaled prior (``nn.he_normal()``) does not."""
+    return make_bnn_regression(hidden=(num_hidden,), activation="relu", noise=noise, prior=prior)
 
 
 # -- scoring -------------------------------------------------------------------------------------
