@@ -29,14 +29,17 @@ from .errors import (
     ModelError,
     PPLError,
 )
+from .executor import InProcessExecutor
 from .fit import CostWarning, fit
 from .guides.custom import guide
 from .inference.native_kernel import native_kernel
 from .model import BoundModel, Model, model
 from .persistence import load
 from .posterior import Posterior
+from .posterior_chains import merge_chains
 from .predictive import PredictiveResult, prior_predictive
 from .primitives import deterministic, factor, param, plate, sample
+from .ray_executor import RayExecutor
 
 __version__ = "0.1.0"
 
@@ -50,12 +53,14 @@ __all__ = [
     "Diagnostics",
     "DataError",
     "DistributionError",
+    "InProcessExecutor",
     "InferenceError",
     "Model",
     "ModelError",
     "PPLError",
     "Posterior",
     "PredictiveResult",
+    "RayExecutor",
     "backends",
     "deterministic",
     "dist",
@@ -67,6 +72,7 @@ __all__ = [
     "kernels",
     "load",
     "math",
+    "merge_chains",
     "model",
     "native_kernel",
     "nn",

@@ -46,6 +46,10 @@ class InferenceError(PPLError, RuntimeError):
         self.partial = partial
 
 
+class RunInterrupted(InferenceError):
+    """A run stopped by Ctrl-C (KeyboardInterrupt); ``partial`` holds what it had finished."""
+
+
 def one_of(
     kind: str, seen: object, valid: list[str] | tuple[str, ...], hint: str = ""
 ) -> ConfigError:

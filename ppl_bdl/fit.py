@@ -10,7 +10,8 @@ from typing import Any
 
 from . import kernels
 from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
-from .errors import ConfigError
+from .errors import ConfigError, ModelError
+from .executor import ChainJob, run_job
 from .inference.cavi import check_cavi_call, run_cavi
 from .inference.ensemble import EnsembleConfig, check_ensemble_call, run_ensemble
 from .inference.native_mcmc import NativeConfig, run_native_mcmc
@@ -18,6 +19,8 @@ from .inference.psis import importance_log_weights
 from .inference.setup import prepare
 from .inference.sgmcmc import SGMCMCConfig, run_sgmcmc
 from .inference.vi import run_vi
+from .model import BoundModel, unbound_message
+from .ray_executor import RayExecutor
 
 #: Options of NUTS/HMC (besides the common ones): the settings of :class:`NativeConfig`.
 NATIVE_OPTIONS = set(inspect.signature(NativeConfig.build).parameters) - {"method"}
@@ -53,6 +56,7 @@ def fit(
     strict: bool = False,
     hold_params: bool = False,
     chain_ids: list[int] | None = None,
+    executor: Any = None,
     **options: Any,
 ):
     """Fit a bound model on ``backend`` ("pyro" or "numpyro") with ``method``.
@@ -108,8 +112,20 @@ def fit(
     chain_ids : list of int, optional
         MCMC and ensembles: run just these chains of the ``num_chains`` (the members of the
         ``num_members``; what one task of an executor runs); each chain's draws are those it
-        has in the whole run (a chain's draws depend on the seed and its number only), and the
-        posterior holds them in this order.
+        has in the whole run (a chain's draws depend on the seed and its number only; bit for
+        bit where chains run one after another, to float rounding where the backend runs them
+        side by side: XLA may round a vectorised program over 2 chains otherwise than one over
+        4), and the posterior holds them in this order.
+    executor : "ray" | Executor, optional
+        MCMC only: where the chains run. None (default): here, in this process. An executor
+        runs them in groups, each group ``fit(..., chain_ids=group)``, and merges the groups'
+        posteriors into the one this process would give with the same seed (the checks below
+        run once, on the merged chains): ``bdl.RayExecutor(address=..., resources=...,
+        max_retries=...)`` runs them as Ray tasks on a cluster (docs/ray.md), ``"ray"`` on a
+        local Ray; ``bdl.InProcessExecutor(chains_per_task=k)`` here, k chains at a time. A
+        group that fails (its worker died past its retries, a non-finite step) or Ctrl-C raises
+        :class:`~ppl_bdl.executor.ExecutorError` naming the groups that did not finish, with the
+        chains that did in ``error.partial``.
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
         ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or
@@ -135,10 +151,22 @@ def fit(
     (2, 200)
     """
     progress = _want_progress(progress)
+    samples = 1000 if num_samples is None else num_samples  # None: an ensemble refuses any
+    mcmc = dict(backend=backend, method=method, num_warmup=num_warmup, num_samples=samples,
+                num_chains=num_chains, thinning=thinning, seed=seed, init=init,
+                precision=precision, device=device, progress=progress,
+                log_likelihood=log_likelihood, hold_params=hold_params, options=options)  # fmt: skip
     if not isinstance(strict, bool):
         raise ConfigError(f"strict must be True or False, got {strict!r}.")
     settings = dict(method=method, backend=backend, precision=precision, device=device,
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    if method in ("cavi", "vi", "ensemble") and executor is not None:
+        raise ConfigError(
+            f"executor={executor!r} does not apply to method={method!r}: an executor runs the "
+            "chains of an MCMC fit (NUTS, HMC, SG-MCMC) as tasks, and this method fits one "
+            "approximation (an ensemble: its members, side by side) in one process. Leave "
+            "executor out (to split an ensemble's members: fit(..., chain_ids=[...]))."
+        )
     if method == "ensemble":
         config = EnsembleConfig.build(**options)
         check_ensemble_call(num_chains, num_warmup, thinning, num_samples)
@@ -149,7 +177,7 @@ def fit(
         post = run_ensemble(setup, config, seed=seed, init=init, progress=progress,
                             log_likelihood=log_likelihood, chain_ids=chain_ids)  # fmt: skip
         return _diagnose(post, setup, strict)
-    num_samples = 1000 if num_samples is None else num_samples
+    num_samples = samples
     if method == "cavi":
         check_cavi_call(num_chains, num_warmup, thinning, init)
         setup = prepare(bound, backend, precision, seed, device)
@@ -185,22 +213,33 @@ def fit(
             progress=progress, log_likelihood=log_likelihood, **options
         )  # fmt: skip
         return _diagnose(post, setup, strict)
+    runner = _executor(executor)
+    if runner is None:
+        post, setup = _fit_mcmc(bound, chain_ids=chain_ids, **mcmc)
+        return _diagnose(post, setup, strict)
+    if not isinstance(bound, BoundModel):
+        raise ModelError(unbound_message(bound))
+    num_chains, chains = _check_mcmc(chain_ids=chain_ids, **mcmc)[2:4]
+    options = dict(mcmc, num_chains=num_chains, progress=False)
+    post = run_job(runner, ChainJob(bound, chains, options, fit_chains, progress=progress))
+    return _report(post, bound.name, strict)
+
+
+def fit_chains(bound, chain_ids: list[int], options: dict):
+    """The chains ``chain_ids`` of an MCMC fit with ``fit``'s keyword ``options``, without the
+    post-fit checks (what an executor's task runs: the checks run once, on the merged chains)."""
+    return _fit_mcmc(bound, chain_ids=chain_ids, **options)[0]
+
+
+def _check_mcmc(method, num_warmup, num_samples, num_chains, thinning, chain_ids, options, **_):
+    """An MCMC fit's settings checked (before anything runs, and before any task starts):
+    the method's entry and config, the chain count and chains, warmup and thinning."""
     entry = kernels.get(method)
     num_chains = _positive_int("num_chains", 4 if num_chains is None else num_chains)
     chain_ids = _chain_ids(chain_ids, num_chains)
     num_warmup = _positive_int("num_warmup", 1000 if num_warmup is None else num_warmup, minimum=0)
     thinning = _positive_int("thinning", 1 if thinning is None else thinning)
-    common = dict(
-        num_warmup=num_warmup,
-        num_samples=_positive_int("num_samples", num_samples),
-        num_chains=num_chains,
-        thinning=thinning,
-        seed=seed,
-        init=init,
-        progress=progress,
-        log_likelihood=log_likelihood,
-        chain_ids=chain_ids,
-    )
+    _positive_int("num_samples", num_samples)
     if entry.kind == "native":
         unknown = set(options) - NATIVE_OPTIONS
         if unknown:
@@ -211,16 +250,61 @@ def fit(
         config = NativeConfig.build(method, **options)
     else:
         config = SGMCMCConfig.build(method, **options)
+    return entry, config, num_chains, chain_ids, num_warmup, thinning
+
+
+def _fit_mcmc(bound, *, backend, method, num_warmup, num_samples, num_chains, thinning, seed,
+              init, precision, device, progress, log_likelihood, hold_params, chain_ids,
+              options):  # fmt: skip
+    """NUTS, HMC or an SG-MCMC kernel on ``bound``: the posterior (of ``chain_ids``) and the
+    setup, without the post-fit checks."""
+    entry, config, num_chains, chain_ids, num_warmup, thinning = _check_mcmc(
+        method, num_warmup, num_samples, num_chains, thinning, chain_ids, options
+    )
+    common = dict(
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        thinning=thinning,
+        seed=seed,
+        init=init,
+        progress=progress,
+        log_likelihood=log_likelihood,
+        chain_ids=chain_ids,
+    )
     setup = prepare(bound, backend, precision, seed, device)
-    setup.settings.update(settings, num_warmup=num_warmup, num_samples=num_samples,
-                          num_chains=num_chains, thinning=thinning, **_where(setup))  # fmt: skip
+    setup.settings.update(method=method, backend=backend, precision=precision, device=device,
+                          seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    setup.settings.update(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                          thinning=thinning, **_where(setup))  # fmt: skip
     _check_params(setup, method, hold_params)
     if entry.kind == "native":
         _warn_cost(setup, method)
         post = run_native_mcmc(setup, config, **common)
     else:
         post = run_sgmcmc(setup, config, **common)
-    return _diagnose(post, setup, strict)
+    return post, setup
+
+
+def _executor(executor):
+    """The executor ``fit`` was given: None (the chains run here, together), "ray" (a local
+    Ray), or an object with ``run(job)`` (:class:`~ppl_bdl.executor.Executor`)."""
+    if executor is None:
+        return None
+    if isinstance(executor, str):
+        if executor == "ray":
+            return RayExecutor()
+        raise ConfigError(
+            f"executor={executor!r}: the one name an executor goes by is 'ray' (a local Ray); "
+            "otherwise pass an executor, e.g. bdl.RayExecutor(address='auto', "
+            "resources={'num_gpus': 1}) or bdl.InProcessExecutor(), or leave it out."
+        )
+    if not callable(getattr(executor, "run", None)):
+        raise ConfigError(
+            f"executor must be 'ray', a RayExecutor, an InProcessExecutor or another object with "
+            f"a run(job) method, got {executor!r}."
+        )
+    return executor
 
 
 #: Latent dimensions above which NUTS/HMC warn before they start: every draw costs up to
@@ -266,11 +350,17 @@ def _diagnose(post, setup, strict: bool):
     if post.method in ("vi", "cavi"):
         log_weights = importance_log_weights(setup, post, seed=setup.settings.get("seed", 0))
     post.diagnostics = check_fit(post, log_weights)
+    return _report(post, setup.bound.name, strict, stacklevel=4)
+
+
+def _report(post, name: str, strict: bool, stacklevel: int = 3):
+    """Warn ``post.diagnostics`` (raise them under ``strict``) at the caller of ``fit``; return
+    ``post``."""
     if post.diagnostics:
-        message = f"{post.method} fit of {setup.bound.name!r}: " + post.diagnostics.report()
+        message = f"{post.method} fit of {name!r}: " + post.diagnostics.report()
         if strict:
             raise ConvergenceError(message, partial=post, findings=post.diagnostics)
-        warnings.warn(message, ConvergenceWarning, stacklevel=3)
+        warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
     return post
 
 

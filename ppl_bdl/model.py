@@ -44,6 +44,11 @@ class Model:
     def __call__(self, *args: Any, **kwargs: Any) -> BoundModel:
         return BoundModel(self, args, kwargs)
 
+    def __getstate__(self) -> dict:
+        """What a pickle of the model holds (sent to another process: a Ray worker): its
+        function and name; the compiled programs are rebuilt where it runs."""
+        return {**self.__dict__, "compiled": {}}
+
     def __repr__(self) -> str:
         return f"<ppl_bdl.Model {self.name}>"
 
@@ -78,6 +83,11 @@ class BoundModel:
     @property
     def name(self) -> str:
         return self.model.name
+
+    def __getstate__(self) -> dict:
+        """What a pickle of the bound model holds: the model and the data on the host; the
+        data's backend arrays are converted again where it runs."""
+        return {**self.__dict__, "_converted": {}}
 
     def data_for(self, backend) -> tuple[tuple, dict]:
         """The bound data as ``backend`` arrays on its device, converted once per backend."""

@@ -193,7 +193,7 @@ def test_importing_the_package_imports_no_backend_library():
     import subprocess
     import sys
 
-    code = "import sys, ppl_bdl; print([m for m in ('torch', 'jax', 'pyro', 'numpyro') if m in sys.modules])"
+    code = "import sys, ppl_bdl; print([m for m in ('torch', 'jax', 'pyro', 'numpyro', 'ray') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import InferenceError
+from ..errors import InferenceError, RunInterrupted
 from .driver import RunResult
 from .posterior_from_draws import build_posterior
 from .setup import Setup
@@ -32,7 +32,7 @@ def raise_failure(
     )
     chain = failure.chains[0]
     if failure.reason == "interrupted":
-        raise InferenceError(
+        raise RunInterrupted(
             f"{kind} was interrupted at step {failure.step} of chain {chain}. {kept} (of "
             f"{requested} requested).",
             partial=partial,

@@ -1,0 +1,159 @@
+"""The executor layer without Ray: groups of chains merged into the run in one process, the
+merge's checks, what a failed or interrupted group becomes, and the settings' errors."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import ppl_bdl as bdl
+from ppl_bdl import dist, ray_executor
+from ppl_bdl.executor import ChainJob, ExecutorError, GroupResult, run_job, split_chains
+from ppl_bdl.posterior_chains import detach, merge_chains
+
+
+@bdl.model
+def regression(x, y):
+    w = bdl.sample("w", dist.Normal(0.0, 1.0), shape=(2,))
+    sigma = bdl.sample("sigma", dist.HalfNormal(1.0))
+    with bdl.plate("data", x.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(x[idx] @ w, sigma), obs=y[idx])
+
+
+def _data(n=64):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 2))
+    return x, x @ np.array([1.0, -2.0]) + 0.5 * rng.normal(size=n)
+
+
+KW = dict(method="sghmc", num_warmup=30, num_samples=20, num_chains=4, seed=3, step_size=1e-3,
+          batch_size=16, progress=False)  # fmt: skip
+
+
+def _fit(backend, **kw):
+    with warnings.catch_warnings():  # 20 draws: the ESS check says so
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+        return bdl.fit(regression(*_data()), backend=backend, **dict(KW, **kw))
+
+
+def test_groups_of_chains_merge_into_the_run_in_one_process(backend):
+    """One chain per group, one after another: the samples, stats, the pointwise
+    log-likelihood (joined when first read), settings and diagnostics of the whole run."""
+    whole = _fit(backend, num_chains=3)
+    grouped = _fit(backend, num_chains=3, executor=bdl.InProcessExecutor(chains_per_task=1))
+    for name in whole.samples:
+        np.testing.assert_array_equal(grouped.samples[name], whole.samples[name])
+    for name in whole.sample_stats:
+        np.testing.assert_array_equal(grouped.sample_stats[name], whole.sample_stats[name])
+    assert "over 3 parts" in repr(grouped.log_likelihood)
+    np.testing.assert_array_equal(grouped.log_likelihood["y"], whole.log_likelihood["y"])
+    assert grouped.settings == whole.settings and grouped.diagnostics == whole.diagnostics
+    # what a worker sends back pickles; a bound model is pickled without its caches (its
+    # function by value where Ray's cloudpickle sends it: tests/test_ray_executor.py)
+    back = pickle.loads(pickle.dumps(detach(grouped)))
+    np.testing.assert_array_equal(back.log_likelihood["y"], whole.log_likelihood["y"])
+    assert whole.model._converted and whole.model.model.compiled is not None
+    assert whole.model.__getstate__()["_converted"] == {}
+    assert whole.model.model.__getstate__()["compiled"] == {}
+
+
+def test_merge_refuses_what_is_not_chains_of_one_fit():
+    a = _fit("pyro", num_chains=1, log_likelihood=False)
+    b = _fit("pyro", num_chains=1, num_samples=10, log_likelihood=False)
+    with pytest.raises(ValueError, match="with 10 draws per chain"):
+        merge_chains([a, b])
+    with warnings.catch_warnings():  # 10 steps: far from converged, and said so
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+        vi = bdl.fit(regression(*_data()), backend="pyro", method="vi", num_steps=10,
+                     num_samples=20, progress=False, log_likelihood=False)  # fmt: skip
+    with pytest.raises(ValueError, match="merge_chains joins the chains of MCMC fits"):
+        merge_chains([a, vi])
+    with pytest.raises(ValueError, match="at least one"):
+        merge_chains([])
+
+
+class _OneGroupFails:
+    """An executor whose second group fails (as a task whose worker died would)."""
+
+    def run(self, job):
+        groups = split_chains(job.chains, 2)
+        ok = GroupResult(groups[0], posterior=job.run(job.bound, groups[0], job.options))
+        return [ok, GroupResult(groups[1], reason="worker died", message="killed")]
+
+
+def test_a_failed_group_is_named_and_the_finished_chains_kept():
+    with pytest.raises(ExecutorError, match=r"1 of 2 groups of chains failed:\n- chains \[2, 3\]: "
+                       r"worker died: killed") as info:  # fmt: skip
+        _fit("numpyro", executor=_OneGroupFails())
+    error = info.value
+    assert error.finished == [0, 1] and not error.interrupted
+    whole = _fit("numpyro")
+    np.testing.assert_array_equal(error.partial.samples["w"], whole.samples["w"][:2])
+
+
+def test_ctrl_c_in_process_stops_at_the_group_it_interrupts(backend, monkeypatch):
+    """Ctrl-C in the second group's first chunk: the first group's chains are kept, the rest
+    named as cancelled."""
+    be = bdl.backends.get(backend)
+    original, calls = type(be).compile_loop, {"n": 0}
+    # the first group's chunks: 2 chunks of 25 steps, for each chain on a backend without vmap
+    interrupt_at = 3 if be.vectorized_chains else 5
+
+    def compile_loop(self, step, emit):
+        runner = original(self, step, emit)
+
+        def counted(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == interrupt_at:
+                raise KeyboardInterrupt
+            return runner(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(type(be), "compile_loop", compile_loop)
+    with pytest.raises(ExecutorError, match="interrupted") as info:
+        _fit(backend, chunk_size=25, executor=bdl.InProcessExecutor(chains_per_task=2))
+    monkeypatch.undo()
+    error = info.value
+    assert error.interrupted and error.finished == [0, 1]
+    assert [(f.chains, f.reason) for f in error.failed] == [([2, 3], "cancelled")]
+    np.testing.assert_array_equal(error.partial.samples["w"], _fit(backend).samples["w"][:2])
+
+
+def test_executor_settings_are_checked(monkeypatch):
+    with pytest.raises(bdl.ConfigError, match="does not apply to method='vi'"):
+        bdl.fit(regression(*_data()), method="vi", executor="ray")
+    with pytest.raises(bdl.ConfigError, match="the one name an executor goes by is 'ray'"):
+        _fit("numpyro", executor="dask")
+    with pytest.raises(bdl.ConfigError, match="a run\\(job\\) method"):
+        _fit("numpyro", executor=object())
+    with pytest.raises(bdl.ConfigError, match="chains_per_task must be"):
+        bdl.InProcessExecutor(chains_per_task=0)
+    with pytest.raises(bdl.ConfigError, match="max_retries must be"):
+        bdl.RayExecutor(max_retries=-1)
+    with pytest.raises(bdl.ConfigError, match=r"resources\['num_gpus'\] must be a number"):
+        bdl.RayExecutor(resources={"num_gpus": "one"})
+    with pytest.raises(bdl.ConfigError, match="chain_ids must be"):  # checked before any task
+        _fit("numpyro", chain_ids=[4], executor=bdl.InProcessExecutor())
+    monkeypatch.setattr(ray_executor.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(bdl.BackendError, match=r'pip install "ppl_bdl\[ray\]"'):
+        bdl.RayExecutor()
+
+
+def test_run_job_with_a_job_of_its_own():
+    """The protocol as a third party would use it: a job whose run is any function."""
+    seen = []
+
+    def run(bound, group, options):
+        seen.append(group)
+        return bdl.fit(bound, chain_ids=group, **options)
+
+    options = dict(KW, backend="numpyro", log_likelihood=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+        post = run_job(bdl.InProcessExecutor(chains_per_task=3),
+                       ChainJob(regression(*_data()), [0, 1, 2, 3], options, run))  # fmt: skip
+    assert seen == [[0, 1], [2, 3]] and post.samples["w"].shape == (4, 20, 2)
