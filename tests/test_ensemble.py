@@ -142,6 +142,7 @@ def test_ensemble_settings_are_checked():
         ({"step_size": 0.1}, r"unknown option\(s\) \['step_size'\]"),
         ({"lr": -1.0}, "lr must be"),
         ({"schedule": "plateau"}, "schedule='plateau' does not apply"),
+        ({"executor": "ray"}, r"executor='ray' does not apply .* chain_ids"),
         ({"chain_ids": [5], "num_members": 3}, r"chain_ids .* \[0, 3\)"),
     ]:
         with pytest.raises(ConfigError, match=match):
