@@ -81,30 +81,53 @@ def default() -> str:
 
 
 @cache
-def _load(name: str, precision: str, device: str | None) -> Backend:
+def _load(name: str, precision: str, device, shard: str | None) -> Backend:
     module_name, cls_name = registered()[name].split(":")
     module = importlib.import_module(module_name)
-    backend = getattr(module, cls_name)(precision=precision, device=device)
-    _LOADED[name, precision, device] = backend
+    # ``shard`` only when asked: a backend that runs on one device need not take it.
+    extra = {} if shard is None else {"shard": shard}
+    backend = getattr(module, cls_name)(precision=precision, device=device, **extra)
+    _LOADED[name, precision, device if isinstance(device, str | None) else ",".join(device)] = (
+        backend
+    )
     return backend
 
 
+#: What ``shard=`` may name (the built-in backends' :data:`~ppl_bdl.backends.base.SHARD_MODES`).
+_SHARD_MODES = ("chains", "data")
+
+
 def get(
-    name: str | Backend | None = None, precision: str = "float32", device: str | None = None
-) -> Backend:
+    name: str | Backend | None = None, precision: str = "float32", device=None,
+    shard: str | None = None,
+) -> Backend:  # fmt: skip
     """The backend called ``name`` (None: :func:`default`) at the given precision ("float32" or
-    "float64"), with its arrays on ``device`` (None: the backend's default device).
+    "float64"), with its arrays on ``device`` (None: the backend's default device; a list of
+    devices, or a kind with a star such as ``"cuda:*"``, spreads a fit's work over them, split as
+    ``shard`` says: "chains", the default, or "data", each step's minibatch).
 
     Raises a :class:`~ppl_bdl.errors.BackendError` that lists the installed backends and names the
     extra to install when ``name`` is unknown or missing, and the available devices when
     ``device`` is not one of them.
     """
+    if shard is not None and shard not in _SHARD_MODES:
+        raise BackendError(
+            f"shard must be 'chains' (chains split over the devices) or 'data' (each step's "
+            f"minibatch split over them), got {shard!r}."
+        )
+    if isinstance(device, list | tuple):
+        device = tuple(device)  # hashable: backends are cached per device
     if name is None:
         name = default()
     if not isinstance(name, str):
-        if name.precision == precision and device in (None, name.device):
+        if (
+            name.precision == precision
+            and device in (None, name.device)
+            and shard in (None, name.shard_mode)
+        ):
             return name
-        return get(name.name, precision, device if device is not None else name.device)
+        device = device if device is not None else name.device
+        return get(name.name, precision, device, shard if shard is not None else name.shard_mode)
     if precision not in ("float32", "float64"):
         raise BackendError(f"precision must be 'float32' or 'float64', got {precision!r}.")
     if name not in registered():
@@ -117,7 +140,8 @@ def get(
             f"backend {name!r} is not installed (installed: {available() or 'none'}). Install it "
             f"with: pip install 'ppl_bdl[{name}]'."
         )
-    return _load(name, precision, device)
+    # "chains" is every backend's default: one cached backend for it, named or not.
+    return _load(name, precision, device, None if shard == "chains" else shard)
 
 
 def default_name() -> str:

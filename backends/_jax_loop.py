@@ -16,6 +16,13 @@ count), so warmup, sampling and a shorter last chunk share it. Its shape depends
 - **GPU**: the gated loop: a ``lax.scan`` of known length (a loop whose trip count is data
   makes the host wait for the device every step), each update kept only while no step has
   failed (a select, which fuses into the update's own kernel).
+- **Chains over several devices** (``mesh``, a state whose chain axis is split over it): the
+  program above runs under ``shard_map``, each device its own block of chains and nothing shared
+  between devices in a step (a NUTS tree on one device does not wait for the deepest tree on
+  another). The "every step finite" flag is kept per chain (each info's leading axis) and read
+  at the chunk's end, never reduced across devices per step; on GPUs the steps run ungated (a
+  scan of known length), the CPU's segments as above. A chunk with a failed step is run again
+  with the gated loop over the whole mesh, which stops every chain at the first failed step.
 
 Example
 -------
@@ -43,8 +50,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import PartitionSpec
 
 from ..backend_protocol import LoopResult
+from ._jax_shard import AXIS
 
 
 class _Chunk(NamedTuple):
@@ -56,10 +65,12 @@ class _Chunk(NamedTuple):
     failed_at: object
 
 
-def compile_loop(step, emit, on_cpu: bool | None = None):
+def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
     """The runner of ``step`` over chunks (see :meth:`ppl_bdl.backend_protocol.Autodiff.compile_loop`).
 
-    ``on_cpu`` picks the loop's shape (default: whether JAX's default device is a CPU).
+    ``on_cpu`` picks the loop's shape (default: whether JAX's default device is a CPU);
+    ``mesh``: chains split over its devices run each on its own device (``shard_map``) when
+    the state comes split along its leading (chain) axis.
     """
     if on_cpu is None:
         on_cpu = jax.default_backend() == "cpu"
@@ -68,6 +79,12 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
     step = jax.jit(step)
     fast = jax.jit(_segment_run(step, emit), static_argnames=("length", "num_rows", "trace"))
     gated = jax.jit(_gated_run(step, emit), static_argnames=("num_rows",))
+    split = {}
+    if mesh is not None:
+        shape = _per_chain_segments(step, emit) if on_cpu else _scan_run(step, emit)
+        names = ("length", "num_rows", "specs")
+        split = {trace: jax.jit(_per_device(shape, mesh, trace), static_argnames=names)
+                 for trace in (False, True)}  # fmt: skip
 
     def runner(state, xs, data, keep, steps: int, first: int, num_rows: int,
                trace: bool = True) -> LoopResult:  # fmt: skip
@@ -76,18 +93,28 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
         kept = int(real.sum())
         if kept > num_rows:
             raise ValueError(f"{kept} kept steps in a chunk with room for {num_rows} rows")
-        if on_cpu:
-            # One small array of what changes per chunk: the step count, the first step's
-            # number and where each segment ends (the step after each kept one, then the end).
-            header = np.full(num_rows + 3, steps, np.int32)
-            header[1] = first
-            header[2 : 2 + kept] = np.flatnonzero(real) + 1
-            out = fast(state, xs, data, header, length=len(keep), num_rows=num_rows, trace=trace)
-            ok, infos, rows = jax.device_get((out.ok, out.infos, out.rows))  # one read back
-            if ok:
-                return _result(out.state, infos, rows, kept, steps if trace else kept)
         mask = keep.copy()
         mask[steps:] = False
+        per_device = bool(split) and _split_chains(state)
+        if on_cpu or per_device:
+            # One small array of what changes per chunk: the step count, the first step's
+            # number and (CPU) where each segment ends (the step after each kept one, then
+            # the end).
+            header = np.full(num_rows + 3 if on_cpu else 2, steps, np.int32)
+            header[1] = first
+            if on_cpu:
+                header[2 : 2 + kept] = np.flatnonzero(real) + 1
+            if per_device:
+                out = split[trace](state, xs, data, header, mask, length=len(keep),
+                                   num_rows=num_rows, specs=(_specs(xs), _specs(data)))  # fmt: skip
+            else:
+                out = fast(state, xs, data, header, length=len(keep), num_rows=num_rows,
+                           trace=trace)  # fmt: skip
+            ok, infos, rows = jax.device_get((out.ok, out.infos, out.rows))  # one read back
+            if _all(ok):
+                if not on_cpu and not trace:  # the scan stored every step's infos
+                    infos = {k: np.asarray(v)[mask] for k, v in infos.items()}
+                return _result(out.state, infos, rows, kept, steps if trace else kept)
         out = gated(state, xs, data, np.asarray([steps, first], np.int32), mask,
                     num_rows=num_rows)  # fmt: skip
         failed_at, kept = int(out.failed_at), int(out.kept)
@@ -99,15 +126,56 @@ def compile_loop(step, emit, on_cpu: bool | None = None):
         result = _result(out.state, infos, rows, kept, end if trace else kept)
         return result._replace(failed_at=failed_at, failed_info=failed)
 
-    runner.fast, runner.gated = fast, gated
+    runner.fast, runner.gated, runner.split = fast, gated, split
     return runner
 
 
-def _segment_run(step, emit):
+def _split_chains(state) -> bool:
+    """Whether the state comes split over several devices along its leading (chain) axis."""
+    leaf = jax.tree_util.tree_leaves(state)[0]
+    spec = getattr(leaf.sharding, "spec", None)
+    return bool(spec) and spec[0] == AXIS and len(leaf.sharding.device_set) > 1
+
+
+def _per_device(shape, mesh, trace: bool):
+    """``shape``'s chunk program run by each device on its own chains (``shard_map``): the
+    state, the finite flags and the outputs split along the chain axis (rows and infos: their
+    second axis, after the rows' or steps'), the per-step inputs and what every step reads as
+    placed (keys, indices and a per-chain rate scale split along their chain axis; the data
+    replicated), the header and the kept mask replicated. ``shape(state, xs, data, header,
+    keep, length, num_rows, trace)``."""
+    chains, stacked, one = PartitionSpec(AXIS), PartitionSpec(None, AXIS), PartitionSpec()
+    out = _Chunk(chains, chains, stacked, stacked, one, one)
+
+    def run(state, xs, data, header, keep, length, num_rows, specs):
+        def body(state, xs, data, header, keep):
+            return shape(state, xs, data, header, keep, length, num_rows, trace)
+
+        (xs_tree, xs_specs), (data_tree, data_specs) = specs
+        ins = (chains, jax.tree_util.tree_unflatten(xs_tree, xs_specs),
+               jax.tree_util.tree_unflatten(data_tree, data_specs), one, one)  # fmt: skip
+        return jax.shard_map(body, mesh=mesh, in_specs=ins, out_specs=out, check_vma=False)(
+            state, xs, data, header, keep
+        )
+
+    return run
+
+
+def _specs(tree) -> tuple:
+    """Each array's partition spec as placed (replicated if it has none), hashable (a static
+    argument of the compiled program)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    specs = tuple(getattr(a.sharding, "spec", None) or PartitionSpec() for a in leaves)
+    return treedef, specs
+
+
+def _segment_run(step, emit, flags=None):
     """The CPU shape: segments of steps, each ending at a kept step (see the module docstring).
     ``header``: the step count, the first step's number, then where each segment ends (the
     step after the r-th kept one; the chunk's end after the last). ``trace``: every step's info
-    is stored, else the kept steps' only (written with the rows)."""
+    is stored, else the kept steps' only (written with the rows). ``flags``: the finite flag
+    of an info (default one for the step: :func:`_finite`; per chain: :func:`_flags`)."""
+    flags = flags or _finite
 
     def run(state, xs, data, header, length, num_rows, trace):
         num_steps, first, ends = header[0], header[1], header[2:]
@@ -118,7 +186,7 @@ def _segment_run(step, emit):
             state, ok, t, infos, _ = carry
             new, info = step(state, _at(xs, t), data, first + t)
             infos = _write(infos, t, info) if trace else infos
-            return new, ok & _finite(info), t + 1, infos, info
+            return new, _and(ok, flags(info)), t + 1, infos, info
 
         def segment(carry):
             state, ok, t, r, rows, infos, last = carry
@@ -131,10 +199,48 @@ def _segment_run(step, emit):
 
         zero = jnp.asarray(0, jnp.int32)
         rows = _row_buffers(emit(state), num_rows)
-        init = (state, jnp.asarray(True), zero, zero, rows, infos, last)
+        init = (state, flags(last), zero, zero, rows, infos, last)
         state, ok, _, _, rows, infos, _ = lax.while_loop(
             lambda c: c[2] < num_steps, segment, init
         )
+        return _Chunk(state, ok, rows, infos, None, None)
+
+    return run
+
+
+def _per_chain_segments(step, emit):
+    """The CPU shape with a finite flag per chain, called as the split program calls a shape."""
+    segments = _segment_run(step, emit, _flags)
+
+    def run(state, xs, data, header, keep, length, num_rows, trace):
+        return segments(state, xs, data, header, length, num_rows, trace)
+
+    return run
+
+
+def _scan_run(step, emit):
+    """The GPU shape of chains split over devices: a scan of the chunk's compiled length, the
+    steps ungated (each chain's finite flag carried, read at the end), the steps past the
+    header's count not applied; a chunk with a failed step is run again gated."""
+
+    def run(state, xs, data, header, keep, length, num_rows, trace):
+        num_steps, first = header[0], header[1]
+
+        def body(carry, x):
+            state, ok, rows, slot, t = carry
+            x, kept = x
+            new, info = step(state, x, data, first + t)
+            live = t < num_steps
+            state = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, state)
+            ok = _and(ok, jax.tree_util.tree_map(lambda f: f | ~live, _flags(info)))
+            rows = _write(rows, slot, emit(state))
+            slot = slot + (live & kept).astype(slot.dtype)
+            return (state, ok, rows, slot, t + 1), info
+
+        zero = jnp.asarray(0, jnp.int32)
+        ok = _flags(jax.tree_util.tree_map(lambda a: a[0], _info_buffers(step, state, xs, data, 1)))
+        init = (state, ok, _row_buffers(emit(state), num_rows), zero, zero)
+        (state, ok, rows, _, _), infos = lax.scan(body, init, (xs, keep))
         return _Chunk(state, ok, rows, infos, None, None)
 
     return run
@@ -177,6 +283,31 @@ def _result(state, infos, rows, kept: int, count: int) -> LoopResult:
     infos = {k: np.asarray(v)[:count] for k, v in infos.items()}
     rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[:kept], rows) if kept else None
     return LoopResult(state, infos, rows)
+
+
+def _flags(info: dict):
+    """Per leaf of ``info``: whether its floats are finite, over every axis but the leading one
+    (the chain axis of a vectorised step: no reduction across the devices chains are split
+    over). A leaf that holds no floats is finite."""
+
+    def flag(value):
+        value = jnp.asarray(value)
+        if not jnp.issubdtype(value.dtype, jnp.floating):
+            return jnp.ones(value.shape[:1], bool)
+        if value.ndim > 1:
+            value = jnp.sum(value, axis=tuple(range(1, value.ndim)))
+        return jnp.isfinite(value)
+
+    return jax.tree_util.tree_map(flag, info)
+
+
+def _and(flags, more):
+    return jax.tree_util.tree_map(jnp.logical_and, flags, more)
+
+
+def _all(flags) -> bool:
+    """Whether every flag is up (read on the host, once per chunk)."""
+    return all(bool(np.all(f)) for f in jax.tree_util.tree_leaves(flags))
 
 
 def _finite(info: dict):

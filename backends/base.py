@@ -15,7 +15,13 @@ from ..errors import BackendError
 from ..runtime import use_backend
 from . import get
 
-__all__ = ["BackendBase", "LoopResult", "NativeSettings", "Optimizer", "parse_device"]
+__all__ = [
+    "SHARD_MODES", "BackendBase", "LoopResult", "NativeSettings", "Optimizer", "device_names",
+    "parse_device",
+]  # fmt: skip
+
+#: What a fit over several devices splits: the chain axis, or each step's minibatch.
+SHARD_MODES = ("chains", "data")
 
 
 class BackendBase:
@@ -25,18 +31,26 @@ class BackendBase:
     #: The pip extra that installs this backend.
     extra: ClassVar[str]
     vectorized_chains: ClassVar[bool] = False
+    #: One device, nothing split: a backend that spreads work over devices overrides these.
+    device_count: int = 1
+    shard_mode: str = "chains"
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self.precision = precision
         self.device = device or "default"
 
+    def place(self, tree, chain_axis: int | None = None, batch_axis: int | None = None):
+        """On one device the arrays are where they belong already."""
+        return tree
+
     def activate(self) -> AbstractContextManager:
         """Make this backend the target of :mod:`ppl_bdl.math` in a ``with`` block."""
         return use_backend(self)
 
-    def on(self, device: str | None):
-        """This backend (same precision) with its arrays on ``device``."""
-        return get(self.name, precision=self.precision, device=device)
+    def on(self, device, shard: str | None = None):
+        """This backend (same precision) with its arrays on ``device`` (one device, or a list
+        of them with ``shard`` saying what is split over them)."""
+        return get(self.name, precision=self.precision, device=device, shard=shard)
 
     def __repr__(self) -> str:
         return f"<ppl_bdl backend {self.name} ({self.precision}, {self.device})>"
@@ -55,3 +69,20 @@ def parse_device(device: str, backend: str, available: list[str]) -> tuple[str, 
             f"'cuda:1'). Devices of the {backend!r} backend here: {available}."
         )
     return kind.lower(), int(index) if index else None
+
+
+def device_names(device, backend: str) -> list[str]:
+    """The device names in a ``device=`` argument: one name (``"cuda:1"``, ``"cuda:*"``), names
+    joined by commas (how a backend over several devices names itself), or a list of names."""
+    items = device.split(",") if isinstance(device, str) else device
+    if (
+        not isinstance(items, list | tuple)
+        or not items
+        or not all(isinstance(d, str) and d.strip() for d in items)
+    ):
+        raise BackendError(
+            f"device must be None, a device name ('cpu', 'cuda:1', 'cuda:*' for every CUDA "
+            f"device) or a non-empty list of names (['cuda:0', 'cuda:1']), got {device!r} "
+            f"(backend {backend!r})."
+        )
+    return [d.strip() for d in items]

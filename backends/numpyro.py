@@ -4,6 +4,11 @@ Hot loops are one ``jax.jit`` of one ``lax.scan`` per chunk of steps (:mod:`._ja
 vectorised with ``jax.vmap``; NUTS and HMC are NumPyro's own, driven with the core's potential
 (:mod:`._numpyro_mcmc`). Arrays live on the fit's device: data is put there once
 (:meth:`NumPyroBackend.asarray`) and :meth:`NumPyroBackend.scope` makes it JAX's default device.
+
+Over several devices (``device=["cuda:0", "cuda:1"]``, ``"cpu:*"``) the compiled loop's inputs
+are placed on a one-axis ``jax.sharding.Mesh`` (:meth:`NumPyroBackend.place`): the chain axis
+split over the devices, or with ``shard="data"`` each step's minibatch indices, everything else
+replicated (:mod:`._jax_shard`).
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from ..errors import BackendError, DataError
 from . import _numpyro_dists as _dists
 from ._jax_loop import compile_loop
 from ._jax_math import make_math
+from ._jax_shard import Placement
 from ._optax_optimizer import build_optimizer
-from .base import BackendBase, NativeSettings, parse_device
+from .base import SHARD_MODES, BackendBase, NativeSettings, device_names, parse_device
 
 #: Device kinds a user may name, as JAX's platforms.
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "rocm": "gpu", "tpu": "tpu"}
@@ -108,9 +114,15 @@ class NumPyroBackend(BackendBase):
     extra = "numpyro"
     vectorized_chains = True
 
-    def __init__(self, precision: str = "float32", device: str | None = None):
-        self._jax_device = _resolve(device)
-        super().__init__(precision, _device_name(self._jax_device))
+    def __init__(self, precision: str = "float32", device=None, shard: str = "chains"):
+        if shard not in SHARD_MODES:
+            raise BackendError(f"shard must be one of {SHARD_MODES}, got {shard!r}.")
+        devices, spread = _resolve_all(device)
+        self._jax_device = devices[0]
+        super().__init__(precision, ",".join(_device_name(d) for d in devices))
+        self.device_count, self.shard_mode = len(devices), shard
+        #: Where the loop's inputs go over several devices (None: one device, as given).
+        self._placement = Placement(devices, shard) if spread else None
         self.math = make_math()
         self.random = _Random(self)
         self.native = _Native()
@@ -229,7 +241,10 @@ class NumPyroBackend(BackendBase):
         return fn
 
     def compile_loop(self, step, emit):
-        return compile_loop(step, emit, on_cpu=self._jax_device.platform == "cpu")
+        mesh = None
+        if self._placement is not None and self.shard_mode == "chains":
+            mesh = self._placement.mesh  # each device runs its own chains: shard_map
+        return compile_loop(step, emit, on_cpu=self._jax_device.platform == "cpu", mesh=mesh)
 
     def optimizer(self, config):
         return build_optimizer(config)
@@ -274,6 +289,13 @@ class NumPyroBackend(BackendBase):
     def devices(self) -> list[str]:
         return [_device_name(d) for d in _all_devices()]
 
+    def place(self, tree, chain_axis: int | None = None, batch_axis: int | None = None):
+        """``tree``'s arrays on the fit's devices: split along ``chain_axis`` (``shard="chains"``)
+        or ``batch_axis`` (``shard="data"``), else replicated; as they are on one device."""
+        if self._placement is None:
+            return tree
+        return self._placement.place(tree, chain_axis, batch_axis)
+
 
 def _all_devices():
     found = []
@@ -288,6 +310,44 @@ def _all_devices():
 def _device_name(device) -> str:
     kind = "cuda" if device.platform == "gpu" else device.platform
     return f"{kind}:{device.id}" if kind != "cpu" else f"cpu:{device.id}"
+
+
+def _resolve_all(device) -> tuple[list, bool]:
+    """The JAX devices named by ``device`` and whether the fit spreads over them (a list, a
+    star or a comma-joined name: even a list of one device runs the sharded program)."""
+    if device is None:
+        return [jax.devices()[0]], False
+    names = device_names(device, "numpyro")
+    spread = not isinstance(device, str) or "," in device or device.endswith(":*")
+    found = []
+    for name in names:
+        if name.endswith(":*"):
+            found += _resolve_kind(name)
+        else:
+            found.append(_resolve(name))
+    platforms = sorted({d.platform for d in found})
+    if len(platforms) > 1:
+        raise BackendError(
+            f"device={device!r} mixes device kinds ({platforms}); a fit spreads over devices "
+            "of one kind (e.g. ['cuda:0', 'cuda:1'] or 'cpu:*')."
+        )
+    seen = [_device_name(d) for d in found]
+    twice = sorted({n for n in seen if seen.count(n) > 1})
+    if twice:
+        raise BackendError(
+            f"device={device!r} names {twice} more than once; JAX places one share of the work "
+            f"per device. Name each device once (devices here: "
+            f"{[_device_name(d) for d in _all_devices()]}; on the CPU, more virtual devices: "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)."
+        )
+    return found, spread
+
+
+def _resolve_kind(name: str) -> list:
+    """Every device of the kind in ``name`` ("cuda:*")."""
+    kind = name[: -len(":*")].lower()
+    first = _resolve(kind)
+    return list(jax.devices(first.platform))
 
 
 def _resolve(device: str | None):

@@ -21,12 +21,14 @@ from torch.distributions import constraints as tc
 from ..errors import BackendError, DataError
 from . import _pyro_dists as _dists
 from . import _torch_values as _values
+from ._torch_devices import available_devices, cuda_devices, device_name, one_device, resolve
+from ._torch_dist import DataParallel, data_devices
 from ._torch_loop import compile_loop
 from ._torch_math import make_math
 from ._torch_optimizer import build_optimizer
 from ._torch_trace import trace_or_eager
 from ._torch_trees import index_tree, leading_size, stack_tree, tree_map
-from .base import BackendBase, NativeSettings, parse_device
+from .base import BackendBase, NativeSettings, device_names
 
 Tensor = torch.Tensor
 
@@ -65,7 +67,7 @@ class _Random:
     def draw(self, key, native, reparameterized: bool = False):
         # torch.distributions draw from the global RNG: seed it from the key, then restore it.
         seed = int(torch.randint(0, 2**62, (1,), generator=key, device=key.device))
-        with torch.random.fork_rng(devices=_cuda_devices(key.device)):
+        with torch.random.fork_rng(devices=cuda_devices(key.device)):
             torch.manual_seed(seed)
             if reparameterized and native.has_rsample:
                 return native.rsample()
@@ -127,9 +129,22 @@ class PyroBackend(BackendBase):
     extra = "pyro"
     vectorized_chains = False
 
-    def __init__(self, precision: str = "float32", device: str | None = None):
-        self.torch_device = _resolve(device)
-        super().__init__(precision, _device_name(self.torch_device))
+    def __init__(self, precision: str = "float32", device=None, shard: str = "chains"):
+        #: This process's part of a data-parallel fit (``shard="data"`` over a device list:
+        #: one process per device, :mod:`._torch_dist`), else None.
+        self.parallel = None
+        #: While a data-parallel trace runs: value_and_grad leaves its outputs to the trace's
+        #: caller to all-reduce (once, after the traced graph).
+        self._local_gradients = False
+        names = [] if device is None else device_names(device, "pyro")
+        if shard == "data" and (len(names) > 1 or (names and names[0].endswith(":*"))):
+            names = data_devices(names, device)
+            self.parallel = DataParallel.join(names, device)
+            self.device_count, self.shard_mode = self.parallel.world, "data"
+            device = self.parallel.device
+        self.torch_device = resolve(one_device(device, self.shard_mode))
+        name = device_name(self.torch_device)
+        super().__init__(precision, ",".join(names) if self.parallel else name)
         self.math = make_math()
         self.random = _Random(self)
         self.native = _Native()
@@ -225,11 +240,21 @@ class PyroBackend(BackendBase):
 
     # -- autodiff, vectorisation, loops ----------------------------------------------------------
     def value_and_grad(self, fn, has_aux: bool = False):
+        """``fn``'s value and gradient; in a data-parallel fit, their mean over the processes
+        (each holds its block of the minibatch: :mod:`._torch_dist`)."""
+
         def wrapped(*args):
             grads, value = torch.func.grad_and_value(fn, has_aux=has_aux)(*args)
             return value, grads
 
-        return wrapped
+        if self.parallel is None:
+            return wrapped
+
+        def reduced(*args):
+            out = wrapped(*args)
+            return out if self._local_gradients else self.parallel.mean(out)
+
+        return reduced
 
     def grad(self, fn):
         return torch.func.grad(fn)
@@ -263,8 +288,25 @@ class PyroBackend(BackendBase):
         """``fn`` traced once at ``example_args`` (``make_fx``, then TorchScript), so a step skips
         the Python walk of the model; checked against ``fn`` there, ``fn`` itself (with a
         warning) where tracing fails or disagrees. (Python control flow on values, which a trace
-        would freeze, is refused before, by the validating run's ``StrictTensor`` values.)"""
-        return trace_or_eager(self, fn, example_args)
+        would freeze, is refused before, by the validating run's ``StrictTensor`` values.) In a
+        data-parallel fit the trace is of this process's share (its gradients not all-reduced,
+        at the first call's own block of the minibatch: its N / |batch| scale is the block's)
+        and its outputs are all-reduced after it runs: a trace cannot hold the all-reduce."""
+        if self.parallel is None:
+            return trace_or_eager(self, fn, example_args)
+        traced = []
+
+        def run(*args):
+            self._local_gradients = True
+            try:
+                if not traced:
+                    traced.append(trace_or_eager(self, fn, args))
+                out = traced[0](*args)
+            finally:
+                self._local_gradients = False
+            return self.parallel.mean(out)
+
+        return run
 
     def compile_loop(self, step, emit):
         return compile_loop(step, emit)
@@ -307,11 +349,18 @@ class PyroBackend(BackendBase):
         return lift_module(module)
 
     # -- devices ---------------------------------------------------------------------------------
+    def place(self, tree, chain_axis: int | None = None, batch_axis: int | None = None):
+        """As they are; in a data-parallel fit, minibatch indices (``batch_axis``) cut to this
+        process's block."""
+        if self.parallel is None or batch_axis is None:
+            return tree
+        return tree_map(lambda a: self.parallel.slice(a, batch_axis), tree)
+
     def set_threads(self, count: int) -> None:
         torch.set_num_threads(int(count))
 
     def devices(self) -> list[str]:
-        return _available_devices()
+        return available_devices()
 
 
 class _KeyBatch:
@@ -325,46 +374,3 @@ class _KeyBatch:
 
     def __getitem__(self, i):
         return self.key
-
-
-def _available_devices() -> list[str]:
-    found = ["cpu"]
-    if torch.cuda.is_available():
-        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    return found
-
-
-def _cuda_devices(device) -> list[int]:
-    return [device.index or 0] if device.type == "cuda" else []
-
-
-def _device_name(device) -> str:
-    return device.type if device.index is None else f"{device.type}:{device.index}"
-
-
-def _resolve(device: str | None) -> torch.device:
-    """The torch device named ``device`` (None: torch's default device)."""
-    if device is None:
-        return torch.get_default_device()
-    available = _available_devices()
-    kind, index = parse_device(device, "pyro", available)
-    if kind == "gpu":
-        kind = "cuda"
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise BackendError(
-                f"device={device!r}: torch finds no CUDA device here (devices: {available}). "
-                "Install a CUDA build of torch, or use device='cpu'."
-            )
-        if index is not None and index >= torch.cuda.device_count():
-            raise BackendError(
-                f"device={device!r}: there are {torch.cuda.device_count()} CUDA device(s) here "
-                f"({available[1:]})."
-            )
-        return torch.device("cuda", index or 0)
-    if kind != "cpu":
-        raise BackendError(
-            f"unknown device kind {kind!r} in device={device!r}; expected 'cpu' or 'cuda', "
-            f"optionally with an index ('cuda:1'). Devices here: {available}."
-        )
-    return torch.device("cpu")

@@ -115,7 +115,7 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
         run_vi = VIRun(setup, 0, guide="meanfield", lr=VI_LR, batch_size=batch)
 
         def run(steps: int):
-            run_vi.state = None
+            run_vi.states = None
             assert run_vi.steps(steps)[1] is None
 
         return run

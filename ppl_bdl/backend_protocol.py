@@ -307,8 +307,32 @@ class Enumeration(Protocol):
 
 @runtime_checkable
 class Devices(Protocol):
-    def on(self, device: str | None) -> Backend:
-        """This backend with arrays on ``device`` (None: the backend's default device)."""
+    """Where arrays live, and how a fit's work is spread over several devices.
+
+    A backend made for several devices (``fit(..., device=["cuda:0", "cuda:1"])``, ``"cuda:*"``)
+    says how many (:attr:`device_count`) and what it splits over them (:attr:`shard_mode`):
+    "chains" (the chain axis: each device runs its own block of chains) or "data" (each step's
+    minibatch, the parameters replicated). The driver hands every array a compiled loop reads
+    to :meth:`place`, naming its chain and batch axes, and pads the chains to a multiple of
+    :attr:`device_count`; the backend decides the rest. A backend that cannot spread work
+    refuses a device list when it is made, saying what it supports.
+    """
+
+    #: How many devices the fit's work is spread over (1: one device).
+    device_count: int
+    #: What is split over them: "chains" or "data" (``fit(..., shard=...)``).
+    shard_mode: str
+
+    def on(self, device: Any, shard: str | None = None) -> Backend:
+        """This backend with arrays on ``device`` (None: the backend's default device; a list
+        of devices, or a kind with a star, ``"cuda:*"``: spread as ``shard`` says)."""
+        ...
+
+    def place(self, tree: PyTree, chain_axis: int | None = None,
+              batch_axis: int | None = None) -> PyTree:  # fmt: skip
+        """``tree``'s arrays placed for a compiled loop on the fit's devices: split along
+        ``chain_axis`` when chains are split, along ``batch_axis`` (minibatch indices) when the
+        data is, replicated on every device otherwise. On one device: the arrays as they are."""
         ...
 
     def devices(self) -> list[str]:

@@ -26,12 +26,15 @@ False
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .arviz_export import quiet_arviz
 from .errors import InferenceError
+from .loss_curves import CURVE_ADVICE as _CURVE_ADVICE
+from .loss_curves import VI_ABOVE_MINIMUM_SE, VI_RELATIVE_CHANGE  # noqa: F401 (thresholds)
+from .loss_curves import loss_curve_checks as _loss_curve_checks
 
 
 class ConvergenceWarning(UserWarning):
@@ -133,16 +136,6 @@ TREE_DEPTH_FRACTION = 0.0
 ACCEPTANCE_GAP = 0.15
 #: Pareto k̂ above this flags the guide (Vehtari et al. 2024, Section 3.2.4: 0.7).
 KHAT_MAX = 0.7
-#: VI: the loss "has not flattened" when over the last 10% of the steps it fell (the mean of the
-#: last 10% against the mean of the 10% before them) by more than this fraction of its whole fall
-#: so far (the smoothed loss's first value minus its minimum; the 1% of ADVI's relative-change
-#: stopping rule, Kucukelbir et al. 2017, Section 3.5, made independent of the loss's arbitrary
-#: offset), and by more than 3 standard errors of the loss's noise.
-VI_RELATIVE_CHANGE = 0.01
-#: VI: the loss "ended far above its running minimum" when the mean of its last 10% of steps is
-#: above the lowest mean of any such window by more than this many standard errors of a window
-#: mean (and by more than 0.1% of the minimum's size).
-VI_ABOVE_MINIMUM_SE = 5.0
 
 
 def check_fit(post, log_weights=None) -> Diagnostics:
@@ -161,6 +154,8 @@ def check_fit(post, log_weights=None) -> Diagnostics:
     >>> check_fit(Posterior(samples={"mu": stuck}, method="sgld")).kinds()
     ['rhat', 'ess_bulk']
     """
+    if post.method == "vi" and np.ndim(post.losses) == 2:  # several fits: each checked
+        return Diagnostics(vi_fits_findings(post.losses, post.settings, log_weights))
     if post.method == "vi":
         return Diagnostics(vi_findings(post.losses, post.settings, log_weights))
     if post.method == "cavi":
@@ -277,6 +272,17 @@ def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
     return findings
 
 
+def vi_fits_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
+    """:func:`vi_findings` of each of several VI fits (``num_chains``; losses (fit, step), the
+    run's per-fit settings as lists), each finding naming its fit."""
+    findings = []
+    for c, curve in enumerate(losses):
+        own = {k: v[c] if isinstance(v, list) else v for k, v in settings.items()}
+        weights = log_weights[c] if log_weights is not None else None
+        findings += [replace(f, sites=(f"fit {c}",)) for f in vi_findings(curve, own, weights)]
+    return findings
+
+
 def cavi_findings(settings: dict, log_weights=None) -> list[Finding]:
     """CAVI's checks: the run reached ``num_steps`` before the ELBO's relative change fell below
     ``tol``, and the Pareto k̂ of the fitted q (as for VI). (Its ELBO never falls: a fall stops
@@ -290,39 +296,6 @@ def cavi_findings(settings: dict, log_weights=None) -> list[Finding]:
     if log_weights is not None and np.ptp(log_weights) <= 1e-9 * (1 + np.abs(log_weights).max()):
         log_weights = None  # equal weights: q is the posterior itself (a conjugate model)
     return findings + vi_findings(None, {}, log_weights)
-
-
-def _loss_curve_checks(losses) -> dict[str, tuple[float, float]]:
-    """The loss curve's two checks, on windows of 10% of the steps: the loss ended far above its
-    running minimum ("above_minimum"), or it still falls ("not_flat"; see the thresholds above).
-    Only the failed checks are returned, each as (value, threshold)."""
-    n = losses.size
-    window = max(10, n // 10)
-    tail = losses[-window:]
-    # The noise of one step's loss around the tail's trend; a window mean has it / sqrt(window).
-    steps = np.arange(window)
-    residual = tail - np.polyval(np.polyfit(steps, tail, 1), steps)
-    noise = float(residual.std())
-    smoothed = np.convolve(losses, np.ones(window) / window, mode="valid")
-    lowest, fall = float(smoothed.min()), float(smoothed[0] - smoothed.min())
-    checks = {}
-    above = float(smoothed[-1] - lowest)
-    limit = max(VI_ABOVE_MINIMUM_SE * noise / np.sqrt(window), 1e-3 * abs(lowest))
-    if above > limit:
-        checks["above_minimum"] = (above, limit)
-    before = losses[-2 * window : -window]
-    decrease = float(before.mean() - tail.mean()) if before.size == window else 0.0
-    change = decrease / fall if fall > 0 else 0.0
-    if change > VI_RELATIVE_CHANGE and decrease > 3 * noise * np.sqrt(2.0 / window):
-        checks["not_flat"] = (change, VI_RELATIVE_CHANGE)
-    return checks
-
-
-#: What to try when a loss curve fails a check, by check.
-_CURVE_ADVICE = {
-    "above_minimum": "the loss rose after its minimum; lower lr or use schedule='cosine'",
-    "not_flat": "the fit has not converged; run more num_steps (or a larger lr)",
-}
 
 
 def _loss_curve_findings(losses) -> list[Finding]:

@@ -12,6 +12,8 @@ from . import kernels
 from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
 from .errors import ConfigError, ModelError
 from .executor import ChainJob, run_job
+from .fit_checks import chain_ids_to_run as _chain_ids
+from .fit_checks import positive_int as _positive_int
 from .inference.cavi import check_cavi_call, run_cavi
 from .inference.ensemble import EnsembleConfig, check_ensemble_call, run_ensemble
 from .inference.native_mcmc import NativeConfig, run_native_mcmc
@@ -32,12 +34,6 @@ def _want_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}.")
-    return value
-
-
 def fit(
     bound,
     backend: str | None = None,
@@ -50,7 +46,8 @@ def fit(
     seed: int = 0,
     init: Any = None,
     precision: str = "float32",
-    device: str | None = None,
+    device: str | list[str] | None = None,
+    shard: str | None = None,
     progress: bool | None = None,
     log_likelihood: bool = True,
     strict: bool = False,
@@ -77,11 +74,11 @@ def fit(
         ``num_samples`` draws (default 1000) are kept per chain; a chain runs
         ``num_warmup + num_samples * thinning`` steps on every method and backend (defaults:
         1000 warmup steps, 4 chains, no thinning). VI fits one guide for ``num_steps`` steps
-        and keeps ``num_samples`` draws from it, so ``num_warmup``, ``num_chains`` (other than
-        1), ``thinning`` and ``init`` (VI's start is ``init_loc``) are errors there, not
-        silently ignored. An ensemble keeps one draw per
-        member (``num_members``): ``num_samples``, ``num_chains``, ``num_warmup`` and
-        ``thinning`` are errors there.
+        and keeps ``num_samples`` draws from it, so ``num_warmup``, ``thinning`` and ``init``
+        (VI's start is ``init_loc``) are errors there, not silently ignored; ``num_chains``
+        (default 1) runs that many independent VI fits side by side, one chain of the posterior
+        each. An ensemble keeps one draw per member (``num_members``): ``num_samples``,
+        ``num_chains``, ``num_warmup`` and ``thinning`` are errors there.
     seed : int
         Same seed, same backend: same draws.
     init : "median" | "uniform" | "prior" | dict | Posterior
@@ -90,10 +87,17 @@ def fit(
         sound start for small models; "uniform": uniform on [-2, 2] in the unconstrained space,
         Stan's overdispersed start, and the default for a model with a flat prior).
     precision : "float32" | "float64"
-    device : str, optional
+    device : str or list of str, optional
         Where the data and the computation live: "cpu", "cuda", "cuda:1", ... (None: the
         backend's default device: JAX's default device, or torch's default, the CPU unless
-        changed). The posterior's arrays come back as NumPy.
+        changed). The posterior's arrays come back as NumPy. Several devices: a list,
+        ``["cuda:0", "cuda:1"]``, or every device of a kind, ``"cuda:*"``; the work is split
+        over them as ``shard`` says, and the draws are those of one device (docs/scale.md;
+        Pyro: ``shard="data"`` only, one ``torch.distributed`` process per device).
+    shard : "chains" | "data", optional
+        What is split over several devices: "chains" (the default: each device runs its share
+        of the chains) or "data" (each step's minibatch, for one chain or a few; needs
+        ``batch_size`` divisible by the number of devices).
     progress : bool, optional
         A progress bar with an ETA (default: on a terminal, off in CI).
     log_likelihood : bool
@@ -128,8 +132,9 @@ def fit(
         chains that did in ``error.partial``.
     **options
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
-        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential" or
-        "vectorized"); for SG-MCMC, VI and ensembles (``num_members``, ``num_steps``,
+        ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential",
+        the default on one device, or "vectorized", the default with chains split over several
+        devices); for SG-MCMC, VI and ensembles (``num_members``, ``num_steps``,
         ``batch_size``, ``anchored``, ``lr``, ...) see their docs.
 
     Returns
@@ -154,12 +159,14 @@ def fit(
     samples = 1000 if num_samples is None else num_samples  # None: an ensemble refuses any
     mcmc = dict(backend=backend, method=method, num_warmup=num_warmup, num_samples=samples,
                 num_chains=num_chains, thinning=thinning, seed=seed, init=init,
-                precision=precision, device=device, progress=progress,
+                precision=precision, device=device, shard=shard, progress=progress,
                 log_likelihood=log_likelihood, hold_params=hold_params, options=options)  # fmt: skip
     if not isinstance(strict, bool):
         raise ConfigError(f"strict must be True or False, got {strict!r}.")
     settings = dict(method=method, backend=backend, precision=precision, device=device,
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    if shard is not None:
+        settings["shard"] = shard
     if method in ("cavi", "vi", "ensemble") and executor is not None:
         raise ConfigError(
             f"executor={executor!r} does not apply to method={method!r}: an executor runs the "
@@ -171,7 +178,7 @@ def fit(
         config = EnsembleConfig.build(**options)
         check_ensemble_call(num_chains, num_warmup, thinning, num_samples)
         chain_ids = _chain_ids(chain_ids, config.num_members)
-        setup = prepare(bound, backend, precision, seed, device)
+        setup = prepare(bound, backend, precision, seed, device, shard=shard)
         setup.settings.update(settings, **config.settings(), **_where(setup))
         _check_params(setup, method, hold_params)
         post = run_ensemble(setup, config, seed=seed, init=init, progress=progress,
@@ -180,19 +187,14 @@ def fit(
     num_samples = samples
     if method == "cavi":
         check_cavi_call(num_chains, num_warmup, thinning, init)
-        setup = prepare(bound, backend, precision, seed, device)
+        setup = prepare(bound, backend, precision, seed, device, shard=shard)
+        _one_device(setup, method)
         setup.settings.update(settings, num_samples=num_samples, **_where(setup))
         _check_params(setup, method, hold_params)
         post = run_cavi(setup, _positive_int("num_samples", num_samples), seed, progress,
                         log_likelihood, **options)  # fmt: skip
         return _diagnose(post, setup, strict)
     if method == "vi":
-        if num_chains not in (None, 1):
-            raise ConfigError(
-                f"num_chains={num_chains!r} does not apply to method='vi': VI fits one guide. "
-                "Leave num_chains out (draws from the fitted guide: num_samples), or run several "
-                "fits with different seeds."
-            )
         unused = {"num_warmup": num_warmup, "thinning": thinning, "init": init}
         given = sorted(k for k, v in unused.items() if v is not None)
         if given:
@@ -206,11 +208,15 @@ def fit(
                 "hold_params=True does not apply to method='vi': VI fits the model's bdl.param "
                 "sites as point estimates. Leave it out."
             )
-        setup = prepare(bound, backend, precision, seed, device)
+        setup = prepare(bound, backend, precision, seed, device, shard=shard)
         setup.settings.update(settings, num_samples=num_samples, **_where(setup))
+        if num_chains is not None:
+            setup.settings["num_chains"] = num_chains
         post = run_vi(
             setup, num_samples=_positive_int("num_samples", num_samples), seed=seed,
-            progress=progress, log_likelihood=log_likelihood, **options
+            progress=progress, log_likelihood=log_likelihood,
+            num_chains=_positive_int("num_chains", 1 if num_chains is None else num_chains),
+            **options,
         )  # fmt: skip
         return _diagnose(post, setup, strict)
     runner = _executor(executor)
@@ -254,8 +260,8 @@ def _check_mcmc(method, num_warmup, num_samples, num_chains, thinning, chain_ids
 
 
 def _fit_mcmc(bound, *, backend, method, num_warmup, num_samples, num_chains, thinning, seed,
-              init, precision, device, progress, log_likelihood, hold_params, chain_ids,
-              options):  # fmt: skip
+              init, precision, device, shard, progress, log_likelihood, hold_params,
+              chain_ids, options):  # fmt: skip
     """NUTS, HMC or an SG-MCMC kernel on ``bound``: the posterior (of ``chain_ids``) and the
     setup, without the post-fit checks."""
     entry, config, num_chains, chain_ids, num_warmup, thinning = _check_mcmc(
@@ -272,9 +278,11 @@ def _fit_mcmc(bound, *, backend, method, num_warmup, num_samples, num_chains, th
         log_likelihood=log_likelihood,
         chain_ids=chain_ids,
     )
-    setup = prepare(bound, backend, precision, seed, device)
+    setup = prepare(bound, backend, precision, seed, device, shard=shard)
     setup.settings.update(method=method, backend=backend, precision=precision, device=device,
                           seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+    if shard is not None:
+        setup.settings["shard"] = shard
     setup.settings.update(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                           thinning=thinning, **_where(setup))  # fmt: skip
     _check_params(setup, method, hold_params)
@@ -330,6 +338,16 @@ def _warn_cost(setup, method: str) -> None:
         )
 
 
+def _one_device(setup, method: str) -> None:
+    """A method with no chains or minibatches to split runs on one device."""
+    be = setup.backend
+    if be.device_count > 1:
+        raise ConfigError(
+            f"method={method!r} runs on one device; device={be.device!r} names "
+            f"{be.device_count}. Name one device."
+        )
+
+
 def _check_params(setup, method: str, hold_params: bool) -> None:
     """MCMC samples latent sites only: a model's ``bdl.param`` sites would be held at their
     initial values, which is said and refused unless ``hold_params=True``."""
@@ -362,23 +380,6 @@ def _report(post, name: str, strict: bool, stacklevel: int = 3):
             raise ConvergenceError(message, partial=post, findings=post.diagnostics)
         warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
     return post
-
-
-def _chain_ids(chain_ids, num_chains: int) -> list[int]:
-    """The chains to run: all of them, or a checked subset (distinct, in range)."""
-    if chain_ids is None:
-        return list(range(num_chains))
-    ids = list(chain_ids) if isinstance(chain_ids, list | tuple | range) else None
-    if (
-        not ids
-        or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_chains for c in ids)
-        or len(set(ids)) != len(ids)
-    ):
-        raise ConfigError(
-            f"chain_ids must be a non-empty list of distinct chain (ensemble: member) numbers in "
-            f"[0, {num_chains}), got {chain_ids!r}."
-        )
-    return ids
 
 
 def _where(setup) -> dict:

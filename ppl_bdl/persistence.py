@@ -206,9 +206,12 @@ def _rebuild_guide(setup, vi, path: Path) -> Any:
     init = GuideInit(loc=np.zeros(dim), prior_scale=np.ones(dim))
     settings = _json_attr(path, dict(vi.attrs), "guide_settings", {})
     guide = guides.get(name)(setup.layout, setup.backend, init, seed=0, **settings)
-    if guide.param_layout.size != phi.size:
+    if guide.param_layout.size != phi.shape[-1]:
         raise DataError(
-            f"{path}: the saved {name!r} guide has {phi.size} parameters, but with its settings "
-            f"{settings} on this model it has {guide.param_layout.size}: the file is damaged."
+            f"{path}: the saved {name!r} guide has {phi.shape[-1]} parameters, but with its "
+            f"settings {settings} on this model it has {guide.param_layout.size}: the file is "
+            "damaged."
         )
+    if phi.ndim == 2:  # several fits (num_chains): one guide each
+        return [FittedGuide(guide, row, settings=settings) for row in phi]
     return FittedGuide(guide, phi, settings=settings)

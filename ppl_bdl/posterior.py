@@ -44,8 +44,9 @@ class Posterior:
         The fit's settings (method, backend, precision, device and the method's options), as
         JSON-compatible values; they are saved with the posterior.
     guide, losses
-        For VI: the fitted guide and the loss (negative objective) per step; for an ensemble,
-        the loss per member and step (member, step).
+        For VI: the fitted guide and the loss (negative objective) per step; for several fits
+        (``num_chains``), the list of fitted guides and the losses shaped (fit, step); for an
+        ensemble, the loss per member and step (member, step).
     diagnostics : Diagnostics
         What the checks after the fit found (:mod:`ppl_bdl.diagnostics`): R-hat, ESS,
         divergences, tree depth, acceptance; VI's loss curve and Pareto k̂. Empty when clean.

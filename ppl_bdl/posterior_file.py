@@ -106,10 +106,13 @@ def _vi_dataset(post):
 
     data_vars, attrs = {}, {}
     if post.losses is not None:
-        losses = np.asarray(post.losses, dtype=float)  # an ensemble's: (member, step)
-        data_vars["losses"] = (("chain", "step")[2 - losses.ndim :], losses)
+        losses = np.asarray(post.losses, dtype=float)  # (fit, step): several VI fits, an ensemble's members
+        data_vars["losses"] = (("fit", "step")[2 - losses.ndim :], losses)
     if post.guide is not None:
-        data_vars["guide_params"] = (("guide_param",), np.asarray(post.guide.phi, dtype=float))
-        attrs["guide"] = post.guide.name
-        attrs["guide_settings"] = to_json(post.guide.settings)
+        fits = post.guide if isinstance(post.guide, list) else None
+        first = fits[0] if fits else post.guide
+        phi = np.stack([g.phi for g in fits]) if fits else np.asarray(first.phi)
+        data_vars["guide_params"] = (("fit", "guide_param")[2 - phi.ndim :], phi.astype(float))
+        attrs["guide"] = first.name
+        attrs["guide_settings"] = to_json(first.settings)
     return xr.Dataset(data_vars, attrs=attrs)

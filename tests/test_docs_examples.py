@@ -90,3 +90,31 @@ def test_ensembles_page_example_runs_as_written():
         assert post.predict(model(X)).rmse(y) < 0.5 * y.std()
     assert anchored.settings["anchored_sites"] == [f"net.{i}.{k}" for i in (0, 1)
                                                    for k in ("weight", "bias")]  # fmt: skip
+
+
+@pytest.mark.slow  # ~30 s alone (two fits of 2,000 and 1,500 steps, in a fresh JAX process)
+def test_scale_page_example_runs_as_written_on_four_devices():
+    """docs/scale.md's example in a process with four virtual CPU devices (JAX fixes the count
+    when it starts): both fits spread over the four, no diagnostics findings, and the
+    posterior mean of w within 5 posterior sds (0.5 / sqrt(512) each) of the weights that made
+    the data."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = _first_block("scale.md") + (
+        "\nimport json\nprint(json.dumps({'devices': [post.settings['device'], "
+        "one.settings['device']], 'shard': one.settings['shard'], 'findings': "
+        "[f.message for f in post.diagnostics + one.diagnostics], 'means': "
+        "[p.samples['w'].mean(axis=(0, 1)).tolist() for p in (post, one)]}))\n"
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")  # fmt: skip
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["devices"] == ["cpu:0,cpu:1,cpu:2,cpu:3"] * 2 and result["shard"] == "data"
+    assert result["findings"] == []
+    for means in result["means"]:
+        assert max(abs(means[0] - 1.0), abs(means[1] + 2.0)) < 5 * 0.5 / 512**0.5, means

@@ -20,7 +20,12 @@ array a kept step keeps. :func:`run_chains` runs it:
   more than a toy step's own work: docs/benchmarks.md);
 - stopping at the first step whose ``info`` holds a non-finite number (the potential, a
   gradient norm, the loss), with that step and chain and the state before it (the backend's
-  loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before.
+  loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before;
+- on several devices (``fit(..., device=[...])``), with every array the loop reads handed to
+  :meth:`Backend.place` with its chain and batch axes named: chains split over the devices
+  (the vectorised group padded to a multiple of the device count with copies of its last
+  chain, whose results are dropped), or each step's minibatch (``shard="data"``). A chain's
+  draws depend on its seed and number only, never on the devices.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import numpy as np
 
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError
+from .spread import chain_padding, check_spread, group_scale
 
 __all__ = ["Batch", "Rates", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
 
@@ -100,6 +106,17 @@ class RunResult:
     final_state: Any = None
     failure: Failure | None = None
     step_infos: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Every group's final state (``run_chains(..., resume=...)`` goes on from them), and
+    #: whether the chains ran side by side (one group) or one after another.
+    states: list = field(default_factory=list)
+    vectorised: bool = False
+
+    def chain_state(self, backend, index: int):
+        """The final state of the run's ``index``-th chain (backend arrays; None for a chain
+        that did not run: one after a failure)."""
+        if not self.vectorised:
+            return self.states[index] if index < len(self.states) else None
+        return backend.tree_map(lambda a: a[index], self.states[0])
 
 
 def plan_run(
@@ -136,7 +153,7 @@ def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
     batches: Callable[[int], Any], name: str, rates: Rates | None = None,
     progress: bool = False, chain_ids: list[int] | None = None, vectorize: bool = True,
-    trace: bool = False, first_step: int = 0,
+    trace: bool = False, first_step: int = 0, resume: list | None = None,
 ) -> RunResult:  # fmt: skip
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
@@ -146,27 +163,37 @@ def run_chains(
     default 0, 1, ...); ``vectorize=False`` runs them one after another even where the backend
     could vectorise them; ``trace``: every step's infos come back (``step_infos``), not only
     the kept steps' (VI's losses, the step-size pilot's potentials); ``first_step``: the step
-    counter's start (the rates' schedule reads it: a run continued in parts)."""
+    counter's start (the rates' schedule reads it: a run continued in parts); ``resume``:
+    the ``states`` of an earlier run of the same chains, to go on from (instead of
+    ``init``)."""
     chains = list(range(len(positions))) if chain_ids is None else list(chain_ids)
     vectorised = vectorize and backend.vectorized_chains and len(chains) > 1
     groups = [chains] if vectorised else [[c] for c in chains]
+    made = {c: batches(c) for c in chains}
+    check_spread(backend, vectorised, made[chains[0]], name)
+    pad = chain_padding(backend, len(chains)) if vectorised else 0
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
     runner = _runner(backend, transition, vectorised, None if rates is None else rates.unit)
-    parts, failure, final = [], None, None
+    parts, failure, states = [], None, []
     try:
-        for group in groups:
+        for g, group in enumerate(groups):
             rows = np.stack([positions[chains.index(c)] for c in group])
+            start = None if resume is None else resume[g]
+            scale = 1.0 if rates is None else group_scale(rates.scale, chains, group, pad)
             part = _run_group(backend, transition, runner, rows, group, seed, plan, data,
-                              [batches(c) for c in group], rates, vectorised, bar, trace,
-                              first_step)  # fmt: skip
+                              [made[c] for c in group], scale, vectorised, bar, trace,
+                              first_step, pad, start)  # fmt: skip
             parts.append(part)
-            final, failure = part.final_state, part.failure
+            failure = part.failure
+            states.append(part.final_state)
             if failure is not None:
                 break
     finally:
         if bar is not None:
             bar.close()
-    return _collect(parts, final, failure)
+    result = _collect(parts, states[-1] if states else None, failure)
+    result.states, result.vectorised = states, vectorised
+    return result
 
 
 def _runner(be, transition: Transition, vectorised: bool, unit):
@@ -190,19 +217,28 @@ class _Part:
     failure: Failure | None
 
 
-def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, rates,
-               vectorised, bar, trace, first_step) -> _Part:  # fmt: skip
+def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, scale,
+               vectorised, bar, trace, first_step, pad=0, state=None) -> _Part:  # fmt: skip
+    """One group's chunks; ``pad`` copies of its last chain make the group a multiple of the
+    devices its chains are split over (their results are dropped); ``state``: go on from it."""
     with be.scope(), be.activate():
         keys = [be.random.split(be.random.key(chain_seed(seed, c))) for c in group]
-        states = [
-            transition.init(k[0], be.asarray(p), data) for k, p in zip(keys, positions, strict=True)
-        ]
-        state = be.tree_map(lambda *a: be.math.stack(list(a)), *states) if vectorised else states[0]
+        keys += keys[-1:] * pad
+        if state is None:
+            starts = list(positions) + [positions[-1]] * pad
+            states = [transition.init(k[0], be.asarray(p), data)
+                      for k, p in zip(keys, starts, strict=True)]  # fmt: skip
+            state = states[0]
+            if vectorised:
+                state = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
+        state = be.place(state, chain_axis=0 if vectorised else None)
         chain_keys = [k[1] for k in keys]
-        # What every step reads unchanged: the data, the rates' scale, the chains' keys.
-        scale = be.asarray(1.0 if rates is None else rates.scale)
+        # What every step reads unchanged: the data (init ran on the first device; the loop
+        # reads it everywhere), the rates' scale, the chains' keys.
+        scale = be.place(be.asarray(scale), chain_axis=0 if np.ndim(scale) else None)
         chain_keys = be.math.stack(chain_keys) if vectorised else chain_keys[0]
-        inputs = (data, scale, chain_keys)
+        inputs = (be.place(data), scale,
+                  be.place(chain_keys, chain_axis=0 if vectorised else None))  # fmt: skip
     rows, kept_infos, step_infos = [], [], []
     failure = None
     for start in range(0, plan.num_steps, plan.chunk):
@@ -210,7 +246,7 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         keep = plan.keep[start : start + steps]
         try:
             with be.scope(), be.activate():
-                xs = _inputs(be, plan.chunk, steps, batches, vectorised)
+                xs = _inputs(be, plan.chunk, steps, batches, vectorised, pad)
                 padded = np.zeros(plan.chunk, bool)
                 padded[:steps] = keep
                 result = runner(state, xs, inputs, padded, steps, first_step + start, plan.rows,
@@ -231,7 +267,8 @@ def _run_group(be, transition, runner, positions, group, seed, plan, data, batch
         if result.failed_at >= 0:
             step = start + result.failed_at
             bad = _failed_chains(result.failed_info, vectorised)
-            failure = Failure(step, [group[i] for i in bad] or group[:1], "nonfinite")
+            named = sorted({group[min(i, len(group) - 1)] for i in bad}, key=group.index)
+            failure = Failure(step, named or group[:1], "nonfinite")
             if step >= 1 and plan.keep[step - 1]:  # its position is where U is not finite
                 _drop_last_row(rows, kept_infos)
             break
@@ -310,23 +347,29 @@ def _loop_step(be, transition: Transition, vectorised: bool, unit):
             rate = scale if unit is None else scale * unit(t)
             idx = x.get("idx")
             if vectorised:
-                axes = (0, 0, None if idx is None else 0, None, None, None)
+                # A rate per chain (VI's fits, each cut on its own plateau) or one for all.
+                per_chain = 0 if len(rate.shape) else None
+                axes = (0, 0, None if idx is None else 0, per_chain, None, None)
                 return be.vmap(one, in_axes=axes)(state, chain_keys, idx, rate, data, t)
             return one(state, chain_keys, idx, rate, data, t)
 
     return step
 
 
-def _inputs(be, length: int, steps: int, batches, vectorised: bool) -> dict:
+def _inputs(be, length: int, steps: int, batches, vectorised: bool, pad: int = 0) -> dict:
     """A chunk's per-step inputs, padded to the compiled ``length``: the minibatch indices
     (nothing for full-batch steps; a step's key is its chain's key folded with the step's
-    number, in the step)."""
+    number, in the step), placed on the fit's devices (the ``pad`` chains past ``batches``
+    read the last chain's indices)."""
     xs = {}
     if batches[0] is not None:
         blocks = [b.next_block(steps) for b in batches]  # (steps, B) per chain
+        blocks += blocks[-1:] * pad
         idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
         idx[:steps] = np.stack(blocks, axis=1)
-        xs["idx"] = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
+        idx = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
+        xs["idx"] = be.place(idx, chain_axis=1 if vectorised else None,
+                             batch_axis=2 if vectorised else 1)  # fmt: skip
     return xs
 
 

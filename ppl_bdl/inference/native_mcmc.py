@@ -41,18 +41,19 @@ class NativeConfig:
     num_steps: int | None = None
     step_size: float | None = None
     dense_mass: bool = False
-    chain_method: str = "sequential"
+    #: None: "sequential" on one device, "vectorized" when chains are split over several.
+    chain_method: str | None = None
     chunk_size: int | None = None
 
     @classmethod
     def build(
         cls, method: str, *, target_accept: float = 0.8, max_tree_depth: int = 10,
         num_steps: int | None = None, step_size: float | None = None, dense_mass: bool = False,
-        chain_method: str = "sequential", chunk_size: int | None = None,
+        chain_method: str | None = None, chunk_size: int | None = None,
     ) -> NativeConfig:  # fmt: skip
         if not (_number(target_accept) and 0.0 < target_accept < 1.0):
             raise ConfigError(f"target_accept must be in (0, 1), got {target_accept!r}.")
-        if chain_method not in CHAIN_METHODS:
+        if chain_method is not None and chain_method not in CHAIN_METHODS:
             raise ConfigError(
                 f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r} ('vectorized' "
                 "runs the chains side by side where the backend can, 'sequential' one after "
@@ -85,13 +86,17 @@ def run_native_mcmc(
     """Run the backend's NUTS (``config.method == "nuts"``) or HMC on a prepared model; return a
     Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default)."""
     be, method = setup.backend, config.method
+    chain_method = config.chain_method
+    if chain_method is None:  # side by side where they are split over devices
+        split = be.device_count > 1 and be.shard_mode == "chains"
+        chain_method = "vectorized" if split else "sequential"
     density = ModelDensity(setup.bound, be, setup.layout, setup.params)
     settings = NativeSettings(
         method=method, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
         thinning=thinning, target_accept=config.target_accept,
         max_tree_depth=config.max_tree_depth, num_steps=config.num_steps,
         step_size=config.step_size, dense_mass=config.dense_mass, progress=progress,
-        chain_method=config.chain_method,
+        chain_method=chain_method,
     )  # fmt: skip
     transition = be.native_transition(lambda flat, data: density.potential(flat, data), settings)
     keep = np.zeros(num_warmup + num_samples * thinning, bool)
@@ -101,7 +106,7 @@ def run_native_mcmc(
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
     run = run_chains(
         be, transition, positions[chains], seed, plan, density.data, lambda c: None, method,
-        progress=progress, chain_ids=chains, vectorize=config.chain_method == "vectorized",
+        progress=progress, chain_ids=chains, vectorize=chain_method == "vectorized",
     )  # fmt: skip
     if run.failure is not None:
         raise_failure(setup, run, kind=method.upper(), requested=num_samples, method=method,

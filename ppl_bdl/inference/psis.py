@@ -40,15 +40,22 @@ NUM_DRAWS = 256
 
 def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed: int = 0):
     """log p(x, θ_s) − log q(θ_s) at ``num_draws`` draws of ``post.guide`` (NumPy, shape (S,)),
-    or None for a guide that is a point mass (``"delta"``, MAP: it has no density to weigh)."""
+    or None for a guide that is a point mass (``"delta"``, MAP: it has no density to weigh); a
+    list of them, one per fit, for several fits (``num_chains``)."""
     fitted = post.guide
+    if isinstance(fitted, list):  # several fits (num_chains): each one's weights
+        return [_of_guide(setup, post.params, g, num_draws, seed) for g in fitted]
+    return _of_guide(setup, post.params, fitted, num_draws, seed)
+
+
+def _of_guide(setup: Setup, fitted_params: dict, fitted, num_draws: int, seed: int):
     if fitted is None or fitted.name == "delta":
         return None
     be = setup.backend
     theta = fitted.sample_unconstrained(num_draws, seed=seed)
     log_q = fitted.log_prob(theta)
     with be.scope(), be.activate():
-        params = {k: be.asarray(v) for k, v in post.params.items()}
+        params = {k: be.asarray(v) for k, v in fitted_params.items()}
         density = ModelDensity(setup.bound, be, setup.layout, params or setup.params)
         size = replay_chunk_size(setup, most=num_draws)
         potential = be.jit(

@@ -57,14 +57,15 @@ class Setup:
 
 
 def prepare(
-    bound, backend: str | None, precision: str, seed: int, device: str | None = None,
-    allow_discrete: bool = True,
+    bound, backend: str | None, precision: str, seed: int, device=None,
+    allow_discrete: bool = True, shard: str | None = None,
 ) -> Setup:  # fmt: skip
-    """Validate and trace ``bound`` on ``backend`` (on ``device``); lay out its latents (its
-    discrete latents are summed out of the potential: :mod:`ppl_bdl.enumeration`)."""
+    """Validate and trace ``bound`` on ``backend`` (on ``device``: one, or several with
+    ``shard`` saying what is split over them); lay out its latents (its discrete latents are
+    summed out of the potential: :mod:`ppl_bdl.enumeration`)."""
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
-    be = get_backend(backend, precision=precision, device=device)
+    be = get_backend(backend, precision=precision, device=device, shard=shard)
     record = record_model(bound, be, seed=seed)
     layout = LatentLayout.from_sites(record.sites, be, allow_discrete=allow_discrete)
     if layout.dim == 0:

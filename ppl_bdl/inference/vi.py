@@ -41,6 +41,8 @@ from .common import Setup, build_posterior
 from .driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from .minibatch import EpochBatches
 from .setup import minibatch_plate
+from .vi_fits import check_fits, fit_seed
+from .vi_fits import each as _each
 from .vi_guides import build_guide, guide_init
 from .vi_monitor import AUTO_MAX_STEPS, AUTO_MIN_STEPS, LossMonitor, Plateau, segment_length
 
@@ -67,10 +69,15 @@ PLATEAU_OPTIONS = {
 
 def run_vi(
     setup: Setup, num_samples: int, seed: int, progress: bool, log_likelihood: bool = True,
-    **options: Any,
+    num_chains: int = 1, **options: Any,
 ):  # fmt: skip
     """Fit a guide to ``setup``'s model and return a :class:`~ppl_bdl.posterior.Posterior` with
     ``num_samples`` draws from the fitted guide, ``post.guide`` and ``post.losses``.
+
+    ``num_chains`` > 1: that many independent fits, run side by side as chains (each its own
+    start, noise and minibatch order; spread over devices like MCMC chains): the posterior has
+    one chain per fit, ``post.guide`` is the list of fitted guides, ``post.losses`` is shaped
+    (fit, step), and ``best_step``, ``stopped_at`` and ``stop_reason`` are lists over the fits.
 
     The run is watched (:mod:`~ppl_bdl.inference.vi_monitor`): the guide returned is the one at
     the best smoothed loss (``post.settings["best_step"]``), and a loss that diverges while
@@ -92,22 +99,25 @@ def run_vi(
     ``chunk_size`` (steps per compiled call), and the guide's own settings (``rank``, ``blocks``,
     ``num_layers``, ``hidden``, ``layer``, ``init_scale``, ``max_dim``).
     """
-    run = VIRun(setup, seed, **options)
-    losses, failure, monitor = run.fit(progress=progress)
+    run = VIRun(setup, seed, num_chains=num_chains, **options)
+    losses, failure, monitors = run.fit(progress=progress)
+    one = run.num_chains == 1  # one fit: scalars and one guide, as before num_chains
     setup.settings.update(
-        num_steps=None if run.auto else run.num_steps, steps_run=len(losses),
-        best_step=monitor.best_step, schedule=run.schedule,
-        lr_cuts=list(run.lr_cuts) if run.plateau is not None else None,
-        stopped_at=run.stopped_at, stop_reason="diverging" if run.stopped_at else None,
+        num_steps=None if run.auto else run.num_steps, steps_run=losses.shape[-1],
+        best_step=_each([m.best_step for m in monitors], one), schedule=run.schedule,
+        lr_cuts=_each([list(m.cuts) for m in monitors], one) if run.plateau else None,
+        stopped_at=_each(run.stopped, one),
+        stop_reason=_each(["diverging" if s else None for s in run.stopped], one),
     )  # fmt: skip
     post = None
     try:
-        best = monitor.best_params if failure is None else None  # after a failure: the last
-        fitted = run.fitted_guide(best)
-        fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best))
-        flat = fitted.sample_unconstrained(num_samples, seed=seed + 1)
+        best = [m.best_params if failure is None else None for m in monitors]  # else: the last
+        fitted = [run.fitted_guide(b, chain=c) for c, b in enumerate(best)]
+        fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best[0]))
+        flat = np.stack([g.sample_unconstrained(num_samples, seed=fit_seed(seed, c) + 1)
+                         for c, g in enumerate(fitted)])  # fmt: skip
         post = build_posterior(
-            fitted_setup, flat[None], {}, method="vi", guide=fitted, losses=losses,
+            fitted_setup, flat, {}, method="vi", guide=_each(fitted, one), losses=losses,
             log_likelihood=log_likelihood,
         )  # fmt: skip
     except Exception:  # noqa: BLE001 - a failed run still returns what it has
@@ -115,7 +125,12 @@ def run_vi(
             raise
     if failure is None:
         return post
-    partial = post if post is not None else run.fitted_guide()
+    partial = (
+        post
+        if post is not None
+        else _each([run.fitted_guide(chain=c) for c in range(run.num_chains)], one)
+    )
+    losses = losses if one else losses[0]  # the first fit's, for the message
     step, reason = failure
     if reason == "interrupted":
         raise InferenceError(
@@ -137,10 +152,13 @@ class VIRun:
     """A VI problem set up once: guide, objective, optimizer and transition.
 
     :meth:`steps` runs (more) optimizer steps from the current state; :func:`run_vi` uses it for
-    one fit, and the benchmarks time it without the set-up.
+    one fit, and the benchmarks time it without the set-up. ``num_chains`` independent fits run
+    side by side as the driver's chains (vectorised, or split over devices): fit c starts from
+    its own initial point, noise and minibatch order (:func:`fit_seed`), and is watched by its
+    own monitor.
     """
 
-    def __init__(self, setup: Setup, seed: int, **options: Any):
+    def __init__(self, setup: Setup, seed: int, num_chains: int = 1, **options: Any):
         run_opts = {k: v for k, v in options.items() if k in RUN_OPTIONS}
         guide_opts = {k: v for k, v in options.items() if k not in RUN_OPTIONS}
         num_steps = run_opts.get("num_steps")
@@ -207,14 +225,23 @@ class VIRun:
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
             self.transition = self._transition(be.optimizer(opt_config))
-        #: The steps' learning rates: lr x the plateau's factor (``set_lr_scale``) x the
+        self.num_chains = check_fits(num_chains, self.model_params)
+        # Fit c > 0 is set up at its own seed; only its start is kept (the step is shared).
+        starts = [self._initial] + [
+            VIRun(setup, fit_seed(seed, c), **options)._initial for c in range(1, num_chains)
+        ]
+        #: Each fit's start, packed (the driver's positions: the transition's init unpacks it).
+        self.starts = np.stack([self.param_layout.pack(p) for p in starts])
+        self.states, self._calls, self.stopped = None, 0, [None] * num_chains
+        self._batches = [
+            EpochBatches(self.minibatch[1], self.batch_size, fit_seed(seed, c))
+            if self.minibatch else None
+            for c in range(num_chains)
+        ]  # fmt: skip
+        #: The steps' learning rates: lr x each fit's plateau factor (``set_lr_scale``) x the
         #: schedule's shape at the run's step counter, evaluated in the compiled step.
-        self.lr, self.lr_scale, self._unit = opt_config.lr, 1.0, unit_schedule(opt_config)
-        self.steps_done = 0
-        self.state, self._calls = None, 0
-        self._batches = (
-            EpochBatches(self.minibatch[1], self.batch_size, seed) if self.minibatch else None
-        )
+        self.lr, self._unit = opt_config.lr, unit_schedule(opt_config)
+        self.lr_scale, self.steps_done = [1.0] * num_chains, 0
 
     def _potential(self, theta, data, indices, params):
         return self.density.potential(theta, data, indices, params)
@@ -237,7 +264,8 @@ class VIRun:
                 value_and_grad = be.trace(value_and_grad, example)
 
         def init(key, position, data):
-            params = {k: be.asarray(v) for k, v in self._initial.items()}
+            values = self.param_layout.unpack(be.to_numpy(position))
+            params = {k: be.asarray(values[k]) for k in self._initial}
             return {"params": params, "optimizer": optimizer.init(params)}
 
         def step(key, state, batch, lr):
@@ -250,17 +278,21 @@ class VIRun:
         return Transition(init, step, lambda state: {})
 
     def fit(self, progress: bool = False):
-        """Run ``num_steps`` steps in segments, watched by a
-        :class:`~ppl_bdl.inference.vi_monitor.LossMonitor`: stop early when the loss diverges
-        (``self.stopped_at``), keep the parameters at the best smoothed loss, and with
-        ``schedule="plateau"`` cut the lr where the loss flattens (``self.lr_cuts``: the steps;
-        until converged, the run ends once it is flat after the last cut).
+        """Run ``num_steps`` steps in segments, each fit watched by its own
+        :class:`~ppl_bdl.inference.vi_monitor.LossMonitor`: a fit whose loss diverges stops
+        being watched (``self.stopped[c]``; the run stops when every fit has, at
+        ``self.stopped_at``), each keeps its parameters at its best smoothed loss, and with
+        ``schedule="plateau"`` each fit's lr is cut where its loss flattens (the monitor's
+        ``cuts``: the steps; until converged, the run ends once every fit is flat after its
+        last cut).
 
-        Returns the losses of every step run, None or ``(step, reason)`` as :meth:`steps`
-        does, and the monitor (``best_step``, ``best_params``)."""
+        Returns the losses of every step run ((fit, step) for several fits), None or
+        ``(step, reason)`` as :meth:`steps` does, and the monitors (``best_step``,
+        ``best_params``), one per fit."""
         segment = segment_length(self.num_steps, self.chunk_size)
-        monitor, parts, failure, done = LossMonitor(self.plateau), [], None, 0
-        self.stopped_at, self.lr_cuts = None, monitor.cuts
+        monitors = [LossMonitor(self.plateau) for _ in range(self.num_chains)]
+        parts, failure, done = [], None, 0
+        self.stopped_at, self.lr_cuts = None, monitors[0].cuts
         bar = progress_bar(self.num_steps, "vi") if progress else None
         try:
             while done < self.num_steps and failure is None:
@@ -271,71 +303,79 @@ class VIRun:
                     break
                 if failure is not None:  # its step counts from this segment's start
                     failure = (done + failure[0], failure[1])
+                losses = losses.reshape(self.num_chains, -1)
                 parts.append(losses)
-                done += len(losses)
+                done += losses.shape[1]
                 if bar is not None:
-                    bar.update(len(losses))
-                verdict = None if failure else monitor.update(done, losses, self._current)
-                if verdict == "diverging":
+                    bar.update(losses.shape[1])
+                watched = [c for c in range(self.num_chains) if self.stopped[c] is None]
+                for c in watched if failure is None else []:
+                    verdict = monitors[c].update(done, losses[c], lambda c=c: self._current(c))
+                    if verdict == "diverging":
+                        self.stopped[c] = done
+                    elif verdict == "lr_cut":
+                        self.set_lr_scale(monitors[c].lr_scale, fit=c)
+                if all(s is not None for s in self.stopped):
                     self.stopped_at = done
                     break
-                if verdict == "lr_cut":
-                    self.set_lr_scale(monitor.lr_scale)
-                if self.auto and done >= AUTO_MIN_STEPS and monitor.converged():
+                live = [monitors[c] for c in watched if self.stopped[c] is None]
+                if self.auto and done >= AUTO_MIN_STEPS and all(m.converged() for m in live):
                     break
         finally:
             if bar is not None:
                 bar.close()
-        losses = np.concatenate(parts) if parts else np.zeros(0)
-        return losses, failure, monitor
+        losses = np.concatenate(parts, axis=1) if parts else np.zeros((self.num_chains, 0))
+        return (losses[0] if self.num_chains == 1 else losses), failure, monitors
 
     def steps(self, num_steps: int, progress: bool = False, chunk: int | None = None):
         """Run ``num_steps`` steps from the current state; stop at the first non-finite loss.
 
-        Returns the losses (NumPy, one per step run) and None or ``(step, reason)`` with reason
-        "nonfinite" or "interrupted" (Ctrl-C); the state from before the failed step, or at the
-        end of the last finished chunk, is kept. ``chunk``: the compiled chunk's length (a
-        shorter run then reuses the program of a longer one).
+        Returns the losses (NumPy, one per step run; (fit, step) for several fits) and None or
+        ``(step, reason)`` with reason "nonfinite" or "interrupted" (Ctrl-C); the state from
+        before the failed step, or at the end of the last finished chunk, is kept. ``chunk``:
+        the compiled chunk's length (a shorter run then reuses the program of a longer one).
         """
         be = self.setup.backend
         if chunk is not None and chunk >= num_steps:
             plan = RunPlan(np.zeros(num_steps, bool), chunk, 0)
         else:
             plan = plan_run(np.zeros(num_steps, bool), 1, 0, self.chunk_size, progress)
-        transition = self.transition
-        if self.state is not None:  # go on from where the last call stopped
-            state = self.state
-            transition = Transition(lambda *args: state, transition.step, transition.emit)
-        rates = Rates(self.lr * self.lr_scale, self._unit)
+        scale = self.lr * np.asarray(self.lr_scale)  # one per fit
+        rates = Rates(scale if self.num_chains > 1 else float(scale[0]), self._unit)
         run = run_chains(
-            be, transition, np.zeros((1, 1)), self.seed + self._calls, plan, self.density.data,
-            lambda chain: self._batches, "vi", rates, progress=progress, trace=True,
-            first_step=self.steps_done,
+            be, self.transition, self.starts, self.seed + self._calls, plan, self.density.data,
+            self._batches.__getitem__, "vi", rates, progress=progress, trace=True,
+            first_step=self.steps_done, resume=self.states,
         )  # fmt: skip
         self._calls += 1
-        self.state = run.final_state
-        losses = run.step_infos.get("loss", np.zeros((1, 0)))[0].astype(float)
-        self.steps_done += len(losses)
+        self.states, self._run = run.states, run
+        losses = run.step_infos.get("loss", np.zeros((self.num_chains, 0))).astype(float)
+        self.steps_done += losses.shape[-1]
+        losses = losses[0] if self.num_chains == 1 else losses
         if run.failure is None:
             return losses, None
         return losses, (run.failure.step, run.failure.reason)
 
-    def set_lr_scale(self, scale: float) -> None:
-        """Multiply the learning rate by ``scale`` (relative to the schedule's) from the next
-        step on: the scale of the run's :class:`~ppl_bdl.inference.driver.Rates`, an input of
-        the compiled loop, so nothing compiles again."""
-        self.lr_scale = float(scale)
+    def set_lr_scale(self, scale: float, fit: int = 0) -> None:
+        """Multiply fit ``fit``'s learning rate by ``scale`` (relative to the schedule's) from
+        the next step on: the scale of the run's :class:`~ppl_bdl.inference.driver.Rates`, an
+        input of the compiled loop, so nothing compiles again."""
+        self.lr_scale[fit] = float(scale)
 
-    def _current(self) -> dict:
-        """A host copy of the current parameters (a copy: torch's optimizer updates its
-        tensors in place, and a NumPy view of them would follow)."""
-        with self.setup.backend.scope(), self.setup.backend.activate():
-            params = self.state["params"] if self.state is not None else self._initial
-            return {k: np.array(self.setup.backend.to_numpy(v)) for k, v in params.items()}
+    def _current(self, chain: int = 0) -> dict:
+        """A host copy of fit ``chain``'s parameters now (a copy: torch's optimizer updates
+        its tensors in place, and a NumPy view of them would follow)."""
+        be = self.setup.backend
+        with be.scope(), be.activate():
+            state = None if self.states is None else self._run.chain_state(be, chain)
+            if state is None:  # not run yet (or, on a failure, never reached)
+                return self.param_layout.unpack(self.starts[chain])
+            return {k: np.array(be.to_numpy(v)) for k, v in state["params"].items()}
 
-    def fitted_guide(self, params: dict | None = None) -> FittedGuide:
-        """The guide at ``params`` (host arrays, e.g. the best ones), else the current ones."""
-        params = self._current() if params is None else params
+    def fitted_guide(self, params: dict | None = None, chain: int = 0) -> FittedGuide:
+        """The guide at ``params`` (host arrays, e.g. the best ones), else fit ``chain``'s
+        current ones."""
+        params = self._current(chain) if params is None else params
         flat = self.guide.param_layout.pack({k: params[k] for k in self.guide.param_layout.shapes})
         return FittedGuide(self.guide, flat, settings=self.guide_settings)
 
