@@ -81,6 +81,7 @@ def make_math() -> SimpleNamespace:
     m.triangular_solve = lambda a, b, lower=True: jax.scipy.linalg.solve_triangular(
         a, b, lower=lower
     )
+    m.stop_gradient = jax.lax.stop_gradient
     m.conv2d = conv2d
     m.max_pool2d = max_pool2d
     m.avg_pool2d = avg_pool2d

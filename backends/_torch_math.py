@@ -185,6 +185,7 @@ def make_math() -> SimpleNamespace:
         a, b, upper=not lower
     )
     m.asarray = _constant(_t)
+    m.stop_gradient = lambda x: _t(x).detach()
     m.conv2d = conv2d
     m.max_pool2d = max_pool2d
     m.avg_pool2d = avg_pool2d

@@ -236,6 +236,9 @@ class NumPyroBackend(BackendBase):
     def fori_loop(self, num, body, init):
         return jax.lax.fori_loop(0, num, body, init)
 
+    def cond(self, pred, true_fn, false_fn, operand):
+        return jax.lax.cond(pred, true_fn, false_fn, operand)
+
     def trace(self, fn, example_args):
         # The loop around it is compiled: nothing to trace here.
         return fn

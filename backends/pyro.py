@@ -284,6 +284,10 @@ class PyroBackend(BackendBase):
             carry = body(i, carry)
         return carry
 
+    def cond(self, pred, true_fn, false_fn, operand):
+        # The step runs in Python: the branch not taken is never computed.
+        return true_fn(operand) if bool(pred) else false_fn(operand)
+
     def trace(self, fn, example_args):
         """``fn`` traced once at ``example_args`` (``make_fx``, then TorchScript), so a step skips
         the Python walk of the model; checked against ``fn`` there, ``fn`` itself (with a

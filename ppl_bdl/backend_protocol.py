@@ -45,11 +45,14 @@ PyTree = Any
 
 # -- data types of the seam ---------------------------------------------------------------------
 class Batch(NamedTuple):
-    """What a step sees of the data: the data's arrays (on the device) and the minibatch's
-    indices into the subsampled plate (None for a full batch)."""
+    """What a step sees of the data: the data's arrays (on the device), the minibatch's
+    indices into the subsampled plate (None for a full batch), and ``step``, the step's number
+    in the run (an int scalar, the same for every chain: a method may branch on it with
+    :meth:`Autodiff.cond`; None where the caller has no run counter, the native adapters)."""
 
     data: Any
     indices: Any
+    step: Any = None
 
 
 class Transition(NamedTuple):
@@ -224,6 +227,13 @@ class Autodiff(Protocol):
         """``carry = body(i, carry)`` for i = 0 .. ``num`` − 1 from ``init``: one loop in the
         compiled program on JAX (``lax.fori_loop``: its body traced once, however large
         ``num``), a plain loop elsewhere. For a loop inside a step (an EBM's Langevin chain)."""
+        ...
+
+    def cond(self, pred: Any, true_fn: Callable, false_fn: Callable, operand: PyTree) -> PyTree:
+        """``true_fn(operand)`` if ``pred`` (a scalar boolean) else ``false_fn(operand)``, only
+        the branch taken computed (``lax.cond``; a Python ``if`` on torch). Both branches return
+        the same structure. Under :meth:`vmap` ``pred`` must not depend on the mapped arguments
+        (a batched predicate would compute both branches)."""
         ...
 
     def trace(self, fn: Callable, example_args: tuple) -> Callable:

@@ -32,7 +32,7 @@ NAMES = (
     "stack", "where", "clip", "zeros", "ones", "zeros_like", "ones_like", "full", "arange",
     "eye", "diag", "tril", "cholesky", "triangular_solve", "erf", "lgamma", "digamma", "isfinite",
     "sin", "cos", "pi", "maximum", "minimum", "sign", "floor", "asarray", "expand_dims", "squeeze",
-    "einsum", "norm", "logaddexp", "conv2d", "max_pool2d", "avg_pool2d", "split",
+    "einsum", "norm", "logaddexp", "conv2d", "max_pool2d", "avg_pool2d", "split", "stop_gradient",
 )  # fmt: skip
 
 
@@ -116,6 +116,12 @@ cos = _dispatch("cos")
 sign = _dispatch("sign")
 floor = _dispatch("floor")
 asarray = _dispatch("asarray")
+stop_gradient = _dispatch(
+    "stop_gradient",
+    "``stop_gradient(x)``: ``x`` as a constant to differentiation (its value unchanged; "
+    "``jax.lax.stop_gradient``, torch's ``detach``): a gradient flows through what is computed "
+    "from ``x`` but not into ``x``.",
+)
 
 # -- convolution and pooling (NCHW inputs, like torch) -------------------------------------------
 conv2d = _dispatch(

@@ -14,6 +14,14 @@ log|J| (:class:`~ppl_bdl.layout.ModelDensity`). With log weights log w_k = −U(
 - ``iwae``: log (1/K) Σ_k w_k with K = ``num_particles`` (Burda et al. 2015; the chapter's
   Eq. 3.18).
 
+``gradient`` picks the ELBO's gradient estimator: "total" (the default), the gradient of the
+Monte Carlo ELBO as written; "path", the path derivative ("sticking the landing", Roeder, Wu and
+Duvenaud 2017, Eq. 8): log q(θ_k) is evaluated with the guide's parameters held constant
+(``stop_gradient``), so the gradient keeps only the path through θ_k = T_φ(ε_k) and drops the
+score term ∇_φ log q_φ(θ), whose expectation is zero. The estimate stays unbiased, and where q
+equals the posterior, −U(θ) − log q(θ) is constant in θ and its variance is zero. It applies to
+the ELBO (``elbo``, ``renyi`` with α = 1) with a Monte Carlo KL, for reparameterised guides.
+
 Example
 -------
 >>> from ppl_bdl.objectives import ObjectiveConfig
@@ -34,23 +42,29 @@ from .errors import ConfigError, one_of
 
 OBJECTIVES = ("elbo", "renyi", "iwae")
 KL_MODES = ("auto", "analytic", "mc")
+GRADIENTS = ("total", "path")
 
 
 @dataclass(frozen=True)
 class ObjectiveConfig:
-    """``name`` ("elbo" | "renyi" | "iwae"), ``alpha`` (Rényi), ``num_particles`` K, ``kl``."""
+    """``name`` ("elbo" | "renyi" | "iwae"), ``alpha`` (Rényi), ``num_particles`` K, ``kl``,
+    ``gradient`` ("total" | "path")."""
 
     name: str = "elbo"
     alpha: float = 1.0
     num_particles: int = 1
     kl: str = "auto"
+    gradient: str = "total"
 
     @classmethod
-    def build(cls, name: str = "elbo", alpha: Any = None, num_particles: int = 1, kl: str = "auto"):
+    def build(cls, name: str = "elbo", alpha: Any = None, num_particles: int = 1,
+              kl: str = "auto", gradient: str = "total"):  # fmt: skip
         if name not in OBJECTIVES:
             raise one_of("objective", name, OBJECTIVES)
         if kl not in KL_MODES:
             raise one_of("kl", kl, KL_MODES)
+        if gradient not in GRADIENTS:
+            raise one_of("gradient", gradient, GRADIENTS)
         if (
             isinstance(num_particles, bool)
             or not isinstance(num_particles, int)
@@ -77,7 +91,21 @@ class ObjectiveConfig:
                 )
         if kl == "analytic" and name != "elbo":
             raise ConfigError(f"kl='analytic' applies to objective='elbo' only (got {name!r}).")
-        return cls(name, 1.0 if alpha is None else float(alpha), num_particles, kl)
+        alpha = 1.0 if alpha is None else float(alpha)
+        if gradient == "path" and not (name == "elbo" or (name == "renyi" and alpha == 1.0)):
+            raise ConfigError(
+                f"gradient='path' (sticking the landing) applies to the ELBO; with "
+                f"objective={name!r} dropping the score term biases the gradient (an importance-"
+                "weighted bound needs the doubly reparameterised estimator, Tucker et al. 2018, "
+                "which ppl_bdl does not have). Use objective='elbo', or gradient='total'."
+            )
+        if gradient == "path" and kl == "analytic":
+            raise ConfigError(
+                "gradient='path' needs the KL term as a Monte Carlo estimate (its zero variance at "
+                "the optimum comes from log q cancelling -U), got kl='analytic'. Use kl='mc' (or "
+                "'auto', which is Monte Carlo under gradient='path'), or gradient='total'."
+            )
+        return cls(name, alpha, num_particles, kl, gradient)
 
 
 @dataclass
@@ -101,7 +129,7 @@ def analytic_kl_sites(setup, guide, config: ObjectiveConfig) -> AnalyticKL | Non
     functions of other latents or of data), it sits outside every plate, and the guide is a
     diagonal Gaussian.
     """
-    if config.name != "elbo" or config.kl == "mc":
+    if config.name != "elbo" or config.kl == "mc" or config.gradient == "path":
         return None
     layout = setup.layout
     if not guide.is_diagonal_gaussian:
@@ -163,10 +191,21 @@ def make_loss(
         log_prior_scale = float(np.sum(np.log(kl.prior_scale) * (1.0 - kl.mask)))
         only_analytic = not kl.mask.any()
 
+    path = config.gradient == "path"
+    if path and not guide.path_gradient:
+        raise ConfigError(
+            f"gradient='path' needs a reparameterised guide with a density (meanfield, lowrank, "
+            f"fullrank, flow); guide {guide.name!r} is not one. Use gradient='total'."
+        )
+
     def draw(params, noise, num, mask=None):
         if guide.noise_shape(num) is None:  # noise is a key
             return guide.sample(params, noise, num, mask=mask)
-        return guide.transform(params, noise, mask=mask)
+        theta, log_q = guide.transform(params, noise, mask=mask)
+        if path:  # Roeder et al. 2017, Eq. 8: log q at the draw, φ held constant
+            fixed = {k: m.stop_gradient(v) for k, v in params.items()}
+            log_q = guide.log_prob(fixed, theta)
+        return theta, log_q
 
     def loss(params, noise, batch):
         data = batch.data

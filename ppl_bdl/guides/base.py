@@ -82,6 +82,9 @@ class Guide:
     name = "guide"
     #: True when q factorises into independent Gaussians per coordinate (analytic KL applies).
     is_diagonal_gaussian = False
+    #: True when draws are reparameterised from noise (:meth:`transform`) and :meth:`log_prob`
+    #: is q's density: the path-derivative gradient (``gradient="path"``) applies.
+    path_gradient = True
 
     def __init__(self, layout, backend, init: GuideInit, seed: int = 0):
         self.layout = layout

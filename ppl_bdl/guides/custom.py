@@ -72,6 +72,8 @@ class CustomGuide(Guide):
     """
 
     name = "custom"
+    #: Its draws come from its own sample sites (with a key), not a transform of noise.
+    path_gradient = False
 
     def __init__(self, layout, backend, init: GuideInit, bound_guide: BoundModel, seed: int = 0):
         super().__init__(layout, backend, init, seed)

@@ -28,6 +28,8 @@ class DeltaGuide(Guide):
     """A point mass at ``loc`` (log q is 0 by convention)."""
 
     name = "delta"
+    #: A point mass has no entropy term to take a path derivative of.
+    path_gradient = False
 
     def __init__(self, layout, backend, init: GuideInit, seed: int = 0):
         super().__init__(layout, backend, init, seed)

@@ -339,7 +339,7 @@ def _loop_step(be, transition: Transition, vectorised: bool, unit):
 
     def one(state, chain_key, idx, rate, data, t):
         key = be.random.fold_in(chain_key, t)
-        return transition.step(key, state, Batch(data, idx), rate)
+        return transition.step(key, state, Batch(data, idx, t), rate)
 
     def step(state, x, inputs, t):
         with be.activate():

@@ -30,6 +30,12 @@ from ..kernels import registry
 from ..kernels.registry import KernelEntry
 from ..layout import ModelDensity
 from ..schedules import SCHEDULES, check_exploration, make_schedule, sampling_stage_mask
+from .control_variates import (
+    anchor_period,
+    check_control_variate,
+    svrg_gradient,
+    svrg_transition,
+)
 from .driver import Rates, plan_run, run_chains
 from .failures import raise_failure
 from .minibatch import EpochBatches
@@ -42,7 +48,8 @@ from .step_size import check_step_size, choose_step_size
 DRIVER_SUPPLIED = ("value_and_grad", "num_steps", "num_cycles")
 #: The settings of the SG-MCMC driver (the rest are the kernel's own).
 DRIVER_OPTIONS = (
-    "batch_size", "chunk_size", "decay_offset", "decay_power", "num_cycles", "schedule", "step_size",
+    "anchor_period", "batch_size", "chunk_size", "control_variate", "decay_offset", "decay_power",
+    "num_cycles", "schedule", "step_size",
 )  # fmt: skip
 
 
@@ -53,7 +60,9 @@ class SGMCMCConfig:
     ``step_size`` is α_0 (None: chosen by a pilot, ``step_size="auto"``); ``schedule`` is
     "constant", "polynomial" or "cyclical" (cyclical kernels: always "cyclical");
     ``exploration`` is β for a cyclical kernel (else None); ``kernel_options`` are the
-    kernel's own settings, checked against its factory.
+    kernel's own settings, checked against its factory. ``control_variate``: None (the plain
+    minibatch gradient) or "svrg" (:mod:`~ppl_bdl.inference.control_variates`), with a full-data
+    gradient every ``anchor_period`` steps (None: one epoch).
 
     Example
     -------
@@ -73,16 +82,21 @@ class SGMCMCConfig:
     chunk_size: int | None = None
     exploration: float | None = None
     kernel_options: dict = field(default_factory=dict)
+    control_variate: str | None = None
+    anchor_period: int | None = None
 
     @classmethod
     def build(
         cls, method: str, *, step_size: float | str | None = "auto", batch_size: int | None = None,
         schedule: str | None = None, num_cycles: int = 4, decay_offset: float = 1.0,
-        decay_power: float = 0.55, chunk_size: int | None = None, **kernel_options: Any,
+        decay_power: float = 0.55, chunk_size: int | None = None,
+        control_variate: str | None = None, anchor_period: int | None = None,
+        **kernel_options: Any,
     ) -> SGMCMCConfig:  # fmt: skip
         entry = registry.get(method)
         if entry.kind != "sgmcmc":
             raise ConfigError(f"method {method!r} is not an SG-MCMC kernel.")
+        check_control_variate(control_variate, anchor_period)
         _check_kernel_options(entry, kernel_options)
         auto = step_size is None or (isinstance(step_size, str) and step_size == "auto")
         if batch_size is not None and (
@@ -115,7 +129,7 @@ class SGMCMCConfig:
         return cls(
             entry, None if auto else check_step_size(step_size), batch_size, schedule,
             num_cycles, float(decay_offset), float(decay_power), chunk_size, exploration,
-            dict(kernel_options),
+            dict(kernel_options), control_variate, anchor_period,
         )  # fmt: skip
 
     def keep(self, num_warmup: int, num_samples: int, thinning: int) -> np.ndarray:
@@ -229,6 +243,10 @@ def sgmcmc_transition(
     be = setup.backend
     density = ModelDensity(setup.bound, be, setup.layout, setup.params)
     plate_name = plate[0] if plate else None
+    period = None
+    if config.control_variate is not None:  # checked before the model is traced
+        period = anchor_period(config.anchor_period, plate, config.batch_size)
+        setup.settings["anchor_period"] = period
 
     def value_and_grad(position, batch: Batch):
         indices = None if batch.indices is None else {plate_name: batch.indices}
@@ -237,9 +255,14 @@ def sgmcmc_transition(
     with be.scope(), be.activate():
         example_idx = be.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
         example = (be.asarray(np.zeros(setup.layout.dim)), Batch(density.data, example_idx))
-        value_and_grad = be.trace(value_and_grad, example)
-        kernel = build_kernel(config.entry, config.kernel_options, value_and_grad=value_and_grad,
+        traced = be.trace(value_and_grad, example)
+        if period is not None:  # the full data's gradient at the anchor, traced once more
+            full = be.trace(value_and_grad, (example[0], Batch(density.data, None)))
+            traced = svrg_gradient(traced)
+        kernel = build_kernel(config.entry, config.kernel_options, value_and_grad=traced,
                               num_steps=num_steps, num_cycles=config.num_cycles)  # fmt: skip
+    if period is not None:
+        return svrg_transition(be, kernel, full, period), density.data
 
     def init(key, position, data):
         return kernel.init(position)

@@ -59,7 +59,7 @@ DEFAULT_PARTICLES = {"flow": 8}
 RUN_OPTIONS = {
     "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
     "lr", "momentum", "schedule", "decay", "clip_norm", "init_loc", "chunk_size",
-    "plateau_factor", "plateau_patience", "plateau_cuts",
+    "plateau_factor", "plateau_patience", "plateau_cuts", "gradient",
 }  # fmt: skip
 #: The reduce-on-plateau rule's options (``schedule="plateau"`` only) and their Plateau fields.
 PLATEAU_OPTIONS = {
@@ -86,7 +86,8 @@ def run_vi(
 
     Options: ``guide`` ("meanfield", "lowrank", "fullrank", "flow", "delta", a registered name or a
     ``@bdl.guide`` function), ``objective`` ("elbo", "renyi", "iwae"), ``alpha``, ``kl`` ("auto",
-    "analytic", "mc"), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
+    "analytic", "mc"), ``gradient`` ("total", the default; "path": the path derivative, sticking
+    the landing, :mod:`ppl_bdl.objectives`), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
     the loss has converged, at least 2,000 and at most 50,000 steps; see
     :mod:`~ppl_bdl.inference.vi_monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
     (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("plateau", the
@@ -175,7 +176,7 @@ class VIRun:
         self.objective = ObjectiveConfig.build(
             run_opts.get("objective", "elbo"), run_opts.get("alpha"),
             run_opts.get("num_particles", DEFAULT_PARTICLES.get(name, 1)),
-            run_opts.get("kl", "auto"),
+            run_opts.get("kl", "auto"), run_opts.get("gradient", "total"),
         )  # fmt: skip
         # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
         # is then left behind); a run of num_steps keeps a constant lr unless asked.
