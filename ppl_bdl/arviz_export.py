@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -140,7 +141,9 @@ def to_arviz(posterior, posterior_predictive: dict[str, np.ndarray] | None = Non
     for group_dims in dims.values():
         for name, names in group_dims.items():
             flat_dims.setdefault(name, names)
-    idata = az.from_dict(**groups, dims=flat_dims)
+    with warnings.catch_warnings():  # an ensemble has more chains (members) than draws (one)
+        warnings.filterwarnings("ignore", "More chains", UserWarning)
+        idata = az.from_dict(**groups, dims=flat_dims)
     idata.posterior.attrs.update(_attrs(posterior))
     return idata
 

@@ -6,8 +6,9 @@ it; only with two chains or more), bulk or tail ESS below 100 per chain, diverge
 draws that hit the maximum tree depth, mean acceptance far from its target; for VI, a run stopped
 on a diverging loss, a loss that ended far above its running minimum or has not flattened, and the
 Pareto k̂ of the importance weights p(x, θ) / q(θ) at draws from the guide (PSIS, Vehtari et al.
-2024, as :func:`arviz.psislw` computes it). Each :class:`Finding` names the sites concerned, the
-value seen, the threshold and what to try. ``fit`` logs the report as one
+2024, as :func:`arviz.psislw` computes it); for an ensemble, each member's loss curve as VI's
+(no R-hat or ESS: its members are optima, not chains). Each :class:`Finding` names the sites
+concerned, the value seen, the threshold and what to try. ``fit`` logs the report as one
 :class:`ConvergenceWarning`, keeps it as ``post.diagnostics``, and with ``strict=True`` raises
 :class:`ConvergenceError` instead (the posterior in ``error.partial``).
 
@@ -31,6 +32,9 @@ import numpy as np
 
 from .arviz_export import quiet_arviz
 from .errors import InferenceError
+from .loss_curves import CURVE_ADVICE as _CURVE_ADVICE
+from .loss_curves import VI_ABOVE_MINIMUM_SE, VI_RELATIVE_CHANGE  # noqa: F401 (thresholds)
+from .loss_curves import loss_curve_checks as _loss_curve_checks
 
 
 class ConvergenceWarning(UserWarning):
@@ -60,6 +64,10 @@ _LABELS = {
         "the VI loss still fell by {value:.1%} of its whole fall over the last 10% of steps "
         "(> {threshold:.0%})"
     ),
+    "ensemble_above_minimum": "member losses ended up to {value:.3g} above their running minimum "
+    "(> {threshold:.3g})",
+    "ensemble_not_flat": "member losses still fell by up to {value:.1%} of their whole fall "
+    "over the last 10% of steps (> {threshold:.0%})",
     "psis_khat": "Pareto k̂ {value:.2f} > {threshold:.2f}",
     "cavi_not_converged": "CAVI's ELBO still changed by more than tol={threshold:.2g} after "
     "{value:.0f} sweeps",
@@ -128,20 +136,11 @@ TREE_DEPTH_FRACTION = 0.0
 ACCEPTANCE_GAP = 0.15
 #: Pareto k̂ above this flags the guide (Vehtari et al. 2024, Section 3.2.4: 0.7).
 KHAT_MAX = 0.7
-#: VI: the loss "has not flattened" when over the last 10% of the steps it fell (the mean of the
-#: last 10% against the mean of the 10% before them) by more than this fraction of its whole fall
-#: so far (the smoothed loss's first value minus its minimum; the 1% of ADVI's relative-change
-#: stopping rule, Kucukelbir et al. 2017, Section 3.5, made independent of the loss's arbitrary
-#: offset), and by more than 3 standard errors of the loss's noise.
-VI_RELATIVE_CHANGE = 0.01
-#: VI: the loss "ended far above its running minimum" when the mean of its last 10% of steps is
-#: above the lowest mean of any such window by more than this many standard errors of a window
-#: mean (and by more than 0.1% of the minimum's size).
-VI_ABOVE_MINIMUM_SE = 5.0
 
 
 def check_fit(post, log_weights=None) -> Diagnostics:
-    """Every check that applies to ``post``'s method: MCMC (NUTS, HMC, SG-MCMC) or VI.
+    """Every check that applies to ``post``'s method: MCMC (NUTS, HMC, SG-MCMC), VI or an
+    ensemble.
 
     ``log_weights`` are log p(x, θ_s) - log q(θ_s) at draws from a VI guide, for Pareto k̂
     (:func:`ppl_bdl.inference.psis.importance_log_weights`); None skips that check.
@@ -161,6 +160,8 @@ def check_fit(post, log_weights=None) -> Diagnostics:
         return Diagnostics(vi_findings(post.losses, post.settings, log_weights))
     if post.method == "cavi":
         return Diagnostics(cavi_findings(post.settings, log_weights))
+    if post.method == "ensemble":
+        return Diagnostics(ensemble_findings(post.losses, post.settings.get("members")))
     findings = mcmc_findings(post)
     findings += sampler_findings(post.sample_stats, post.method, post.settings)
     return Diagnostics(findings)
@@ -298,33 +299,35 @@ def cavi_findings(settings: dict, log_weights=None) -> list[Finding]:
 
 
 def _loss_curve_findings(losses) -> list[Finding]:
-    """The loss curve's two checks, on windows of 10% of the steps: the loss ended far above its
-    running minimum, or it still falls (see the thresholds above)."""
-    n = losses.size
-    window = max(10, n // 10)
-    tail = losses[-window:]
-    # The noise of one step's loss around the tail's trend; a window mean has it / sqrt(window).
-    steps = np.arange(window)
-    residual = tail - np.polyval(np.polyfit(steps, tail, 1), steps)
-    noise = float(residual.std())
-    smoothed = np.convolve(losses, np.ones(window) / window, mode="valid")
-    lowest, fall = float(smoothed.min()), float(smoothed[0] - smoothed.min())
+    checks = _loss_curve_checks(losses)
+    return [Finding(f"vi_{k}", (), *v, _CURVE_ADVICE[k]) for k, v in checks.items()]
+
+
+def ensemble_findings(losses, members=None) -> list[Finding]:
+    """An ensemble's checks (:mod:`ppl_bdl.inference.ensemble`): each member's loss curve (as
+    VI's), the members concerned named (``members``: the rows' member numbers, default 0, 1,
+    ...; a fit of some ``chain_ids``); no R-hat or ESS (the members are independent optima, one
+    draw each). A member whose loss turns non-finite stops the fit with an error instead.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> flat, falling = np.full(200, 5.0), np.linspace(100.0, 0.0, 200)
+    >>> [f.sites for f in ensemble_findings(np.stack([flat, falling]), members=[3, 4])]
+    [('member 4',)]
+    """
+    losses = np.asarray(losses if losses is not None else np.zeros((0, 0)), dtype=float)
+    curves, failed = (losses.reshape(-1, losses.shape[-1]) if losses.size else []), {}
+    members = range(len(curves)) if members is None else members
+    for member, curve in zip(members, curves, strict=True):
+        if curve.size >= 50:
+            for kind, value in _loss_curve_checks(curve).items():
+                failed.setdefault(kind, {})[f"member {member}"] = value
     findings = []
-    above = float(smoothed[-1] - lowest)
-    limit = max(VI_ABOVE_MINIMUM_SE * noise / np.sqrt(window), 1e-3 * abs(lowest))
-    if above > limit:
-        findings.append(Finding(
-            "vi_above_minimum", (), above, limit,
-            "the loss rose after its minimum; lower lr or use schedule='cosine'",
-        ))  # fmt: skip
-    before = losses[-2 * window : -window]
-    decrease = float(before.mean() - tail.mean()) if before.size == window else 0.0
-    change = decrease / fall if fall > 0 else 0.0
-    if change > VI_RELATIVE_CHANGE and decrease > 3 * noise * np.sqrt(2.0 / window):
-        findings.append(Finding(
-            "vi_not_flat", (), change, VI_RELATIVE_CHANGE,
-            "the fit has not converged; run more num_steps (or a larger lr)",
-        ))  # fmt: skip
+    for kind, members in failed.items():
+        worst = max(members, key=lambda k: members[k][0])
+        findings.append(Finding(f"ensemble_{kind}", tuple(members), *members[worst],
+                                _CURVE_ADVICE[kind]))  # fmt: skip
     return findings
 
 

@@ -12,7 +12,10 @@ from . import kernels
 from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
 from .errors import ConfigError, ModelError
 from .executor import ChainJob, run_job
+from .fit_checks import chain_ids_to_run as _chain_ids
+from .fit_checks import positive_int as _positive_int
 from .inference.cavi import check_cavi_call, run_cavi
+from .inference.ensemble import EnsembleConfig, check_ensemble_call, run_ensemble
 from .inference.native_mcmc import NativeConfig, run_native_mcmc
 from .inference.psis import importance_log_weights
 from .inference.setup import prepare
@@ -31,19 +34,13 @@ def _want_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}.")
-    return value
-
-
 def fit(
     bound,
     backend: str | None = None,
     method: str = "nuts",
     *,
     num_warmup: int | None = None,
-    num_samples: int = 1000,
+    num_samples: int | None = None,
     num_chains: int | None = None,
     thinning: int | None = None,
     seed: int = 0,
@@ -70,15 +67,18 @@ def fit(
         installed.
     method : str
         "nuts", "hmc", a registered SG-MCMC kernel (see :func:`ppl_bdl.kernels.available`), "vi",
-        or "cavi" (closed-form coordinate ascent for conditionally conjugate models:
-        :mod:`ppl_bdl.inference.cavi`).
+        "cavi" (closed-form coordinate ascent for conditionally conjugate models:
+        :mod:`ppl_bdl.inference.cavi`), or "ensemble" (deep and anchored ensembles: M MAP fits,
+        one draw per member, :mod:`ppl_bdl.inference.ensemble`).
     num_warmup, num_samples, num_chains, thinning : int
-        ``num_samples`` draws are kept per chain; a chain runs ``num_warmup + num_samples * thinning``
-        steps on every method and backend (defaults: 1000 warmup steps, 4 chains, no thinning).
-        VI fits one guide for ``num_steps`` steps and keeps ``num_samples`` draws from it, so
-        ``num_warmup``, ``thinning`` and ``init`` (VI's start is ``init_loc``) are errors
-        there, not silently ignored; ``num_chains`` (default 1) runs that many independent VI
-        fits side by side, one chain of the posterior each.
+        ``num_samples`` draws (default 1000) are kept per chain; a chain runs
+        ``num_warmup + num_samples * thinning`` steps on every method and backend (defaults:
+        1000 warmup steps, 4 chains, no thinning). VI fits one guide for ``num_steps`` steps
+        and keeps ``num_samples`` draws from it, so ``num_warmup``, ``thinning`` and ``init``
+        (VI's start is ``init_loc``) are errors there, not silently ignored; ``num_chains``
+        (default 1) runs that many independent VI fits side by side, one chain of the posterior
+        each. An ensemble keeps one draw per member (``num_members``): ``num_samples``,
+        ``num_chains``, ``num_warmup`` and ``thinning`` are errors there.
     seed : int
         Same seed, same backend: same draws.
     init : "median" | "uniform" | "prior" | dict | Posterior
@@ -110,15 +110,16 @@ def fit(
         ``strict=True`` raises them as a :class:`~ppl_bdl.diagnostics.ConvergenceError` instead
         (the posterior in ``error.partial``), for pipelines.
     hold_params : bool
-        MCMC only: a model's ``bdl.param`` sites are not sampled; NUTS, HMC and SG-MCMC refuse
-        such a model unless ``hold_params=True`` says to hold them at their initial values. (VI
-        fits them as point estimates.)
+        MCMC and ensembles: a model's ``bdl.param`` sites are not sampled; NUTS, HMC, SG-MCMC
+        and ensembles refuse such a model unless ``hold_params=True`` says to hold them at
+        their initial values. (VI fits them as point estimates.)
     chain_ids : list of int, optional
-        MCMC only: run just these chains of the ``num_chains`` (what one task of an executor
-        runs); each chain's draws are those it has in the whole run (a chain's draws depend on
-        the seed and its number only; bit for bit where chains run one after another, to float
-        rounding where the backend runs them side by side: XLA may round a vectorised program
-        over 2 chains otherwise than one over 4), and the posterior holds them in this order.
+        MCMC and ensembles: run just these chains of the ``num_chains`` (the members of the
+        ``num_members``; what one task of an executor runs); each chain's draws are those it
+        has in the whole run (a chain's draws depend on the seed and its number only; bit for
+        bit where chains run one after another, to float rounding where the backend runs them
+        side by side: XLA may round a vectorised program over 2 chains otherwise than one over
+        4), and the posterior holds them in this order.
     executor : "ray" | Executor, optional
         MCMC only: where the chains run. None (default): here, in this process. An executor
         runs them in groups, each group ``fit(..., chain_ids=group)``, and merges the groups'
@@ -133,7 +134,8 @@ def fit(
         Method settings: for NUTS/HMC ``target_accept`` (0.8), ``max_tree_depth`` (10),
         ``dense_mass``, ``num_steps`` and ``step_size`` (HMC), ``chain_method`` ("sequential",
         the default on one device, or "vectorized", the default with chains split over several
-        devices); for SG-MCMC and VI see their docs.
+        devices); for SG-MCMC, VI and ensembles (``num_members``, ``num_steps``,
+        ``batch_size``, ``anchored``, ``lr``, ...) see their docs.
 
     Returns
     -------
@@ -154,7 +156,8 @@ def fit(
     (2, 200)
     """
     progress = _want_progress(progress)
-    mcmc = dict(backend=backend, method=method, num_warmup=num_warmup, num_samples=num_samples,
+    samples = 1000 if num_samples is None else num_samples  # None: an ensemble refuses any
+    mcmc = dict(backend=backend, method=method, num_warmup=num_warmup, num_samples=samples,
                 num_chains=num_chains, thinning=thinning, seed=seed, init=init,
                 precision=precision, device=device, shard=shard, progress=progress,
                 log_likelihood=log_likelihood, hold_params=hold_params, options=options)  # fmt: skip
@@ -164,12 +167,24 @@ def fit(
                     seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
     if shard is not None:
         settings["shard"] = shard
-    if method in ("cavi", "vi") and executor is not None:
+    if method in ("cavi", "vi", "ensemble") and executor is not None:
         raise ConfigError(
             f"executor={executor!r} does not apply to method={method!r}: an executor runs the "
             "chains of an MCMC fit (NUTS, HMC, SG-MCMC) as tasks, and this method fits one "
-            "approximation in one process. Leave executor out."
+            "approximation (an ensemble: its members, side by side) in one process. Leave "
+            "executor out (to split an ensemble's members: fit(..., chain_ids=[...]))."
         )
+    if method == "ensemble":
+        config = EnsembleConfig.build(**options)
+        check_ensemble_call(num_chains, num_warmup, thinning, num_samples)
+        chain_ids = _chain_ids(chain_ids, config.num_members)
+        setup = prepare(bound, backend, precision, seed, device, shard=shard)
+        setup.settings.update(settings, **config.settings(), **_where(setup))
+        _check_params(setup, method, hold_params)
+        post = run_ensemble(setup, config, seed=seed, init=init, progress=progress,
+                            log_likelihood=log_likelihood, chain_ids=chain_ids)  # fmt: skip
+        return _diagnose(post, setup, strict)
+    num_samples = samples
     if method == "cavi":
         check_cavi_call(num_chains, num_warmup, thinning, init)
         setup = prepare(bound, backend, precision, seed, device, shard=shard)
@@ -365,23 +380,6 @@ def _report(post, name: str, strict: bool, stacklevel: int = 3):
             raise ConvergenceError(message, partial=post, findings=post.diagnostics)
         warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
     return post
-
-
-def _chain_ids(chain_ids, num_chains: int) -> list[int]:
-    """The chains to run: all of them, or a checked subset (distinct, in range)."""
-    if chain_ids is None:
-        return list(range(num_chains))
-    ids = list(chain_ids) if isinstance(chain_ids, list | tuple | range) else None
-    if (
-        not ids
-        or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_chains for c in ids)
-        or len(set(ids)) != len(ids)
-    ):
-        raise ConfigError(
-            f"chain_ids must be a non-empty list of distinct chain numbers in [0, num_chains) = "
-            f"[0, {num_chains}), got {chain_ids!r}."
-        )
-    return ids
 
 
 def _where(setup) -> dict:

@@ -17,6 +17,9 @@ from .errors import ConfigError
 from .evaluation import evaluate
 from .predictive import posterior_predictive
 
+#: ``arviz.summary``'s columns about a chain's mixing (none apply to one draw per chain).
+_MIXING_COLUMNS = ("mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
+
 
 @dataclass(repr=False)
 class Posterior:
@@ -43,7 +46,8 @@ class Posterior:
         JSON-compatible values; they are saved with the posterior.
     guide, losses
         For VI: the fitted guide and the loss (negative objective) per step; for several fits
-        (``num_chains``), the list of fitted guides and the losses shaped (fit, step).
+        (``num_chains``), the list of fitted guides and the losses shaped (fit, step); for an
+        ensemble, the loss per member and step (member, step).
     diagnostics : Diagnostics
         What the checks after the fit found (:mod:`ppl_bdl.diagnostics`): R-hat, ESS,
         divergences, tree depth, acceptance; VI's loss curve and Pareto k̂. Empty when clean.
@@ -128,8 +132,9 @@ class Posterior:
         """``arviz.summary`` of the posterior (mean, sd, HDI, MCSE, ESS, R-hat), as a DataFrame.
 
         R-hat compares chains, so it is shown only where there are two or more (with one chain,
-        VI's draws included, ArviZ would warn and fill the column with NaN); the frame's
-        ``attrs["note"]`` says so. ``attrs["diagnostics"]`` holds the fit's diagnostics report
+        VI's draws included, ArviZ would warn and fill the column with NaN); with one draw per
+        chain (an ensemble) R-hat, ESS and MCSE are left out. The frame's ``attrs["note"]``
+        says so. ``attrs["diagnostics"]`` holds the fit's diagnostics report
         (``self.diagnostics.report()``). Keyword arguments go to ``arviz.summary``.
         """
         import arviz as az  # heavy: imported when first used
@@ -137,7 +142,13 @@ class Posterior:
         with warnings.catch_warnings(), quiet_arviz():
             warnings.filterwarnings("ignore", category=RuntimeWarning)  # constant sites' MCSE
             frame = az.summary(self.to_arviz(), **kwargs)
-        if self.num_chains < 2 and "r_hat" in frame.columns:
+        if self.num_draws < 2:  # an ensemble's members: their spread, nothing about mixing
+            frame = frame.drop(columns=[c for c in _MIXING_COLUMNS if c in frame.columns])
+            frame.attrs["note"] = (
+                "one draw per chain (an ensemble's members): mean, sd and HDI are over the "
+                "members; R-hat, ESS and MCSE do not apply."
+            )
+        elif self.num_chains < 2 and "r_hat" in frame.columns:
             frame = frame.drop(columns="r_hat")
             frame.attrs["note"] = "R-hat needs 2 or more chains; this posterior has 1."
         frame.attrs["diagnostics"] = self.diagnostics.report()

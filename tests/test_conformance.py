@@ -1,5 +1,5 @@
 """Conformance: every registered backend × shipped model × method (NUTS, each SG-MCMC kernel, each
-guide) gives draws of the model's shapes, finite, and an ArviZ object.
+guide, ensembles) gives draws of the model's shapes, finite, and an ArviZ object.
 
 The backends include a third one that lives in ``tests/third_backend`` and registers itself
 through the entry-point group ``ppl_bdl.backends`` (a dist-info folder put on ``sys.path`` for
@@ -31,7 +31,7 @@ BACKENDS = [
 EXAMPLES = models.examples()
 SG_KERNELS = ["sgld", "sghmc", "psgld", "csgld", "csghmc"]
 GUIDES = ["meanfield", "lowrank", "fullrank", "flow", "delta"]
-METHODS = ["nuts", *SG_KERNELS, *(f"vi-{g}" for g in GUIDES)]
+METHODS = ["nuts", *SG_KERNELS, *(f"vi-{g}" for g in GUIDES), "ensemble"]
 #: (backend, model or None for all, method) -> why the backend cannot run it.
 UNSUPPORTED: dict[tuple[str, str | None, str], str] = {}
 DEFAULT_MODEL = "linear_regression"
@@ -53,6 +53,8 @@ def _options(method: str, quick: bool) -> dict:
         return dict(method="nuts", num_warmup=20, num_samples=10, num_chains=2, max_tree_depth=4)
     if method.startswith("vi-"):
         return dict(method="vi", guide=method[3:], num_steps=50, num_samples=10)
+    if method == "ensemble":
+        return dict(method="ensemble", num_members=2, num_steps=100, lr=0.1, schedule="cosine")
     step = dict(step_size=1e-4) if quick else {}  # the slow grid picks its step sizes itself
     return dict(method=method, num_warmup=20, num_samples=10, num_chains=2, **step)
 
@@ -66,10 +68,11 @@ def _check(backend: str, name: str, method: str, quick: bool) -> None:
     be = bdl.backends.get(backend)
     sites = trace_model(bound, be)
     chains = 1 if method.startswith("vi-") else 2
+    draws = 1 if method == "ensemble" else 10  # one draw per member
     for site, record in sites.items():
         if record.kind != "latent":
             continue
-        expected = (chains, 10) + tuple(np.shape(be.to_numpy(record.value)))
+        expected = (chains, draws) + tuple(np.shape(be.to_numpy(record.value)))
         assert post.samples[site].shape == expected, (site, post.samples[site].shape, expected)
         assert np.all(np.isfinite(post.samples[site])), site
     idata = post.to_arviz()
@@ -78,7 +81,7 @@ def _check(backend: str, name: str, method: str, quick: bool) -> None:
 
 #: The third backend delegates to NumPyro's pieces: by default it runs one method of each kind
 #: (the native sampler, an SG-MCMC kernel, a guide); every method under -m slow.
-THIRD_BY_DEFAULT = {"nuts", "sghmc", "vi-meanfield"}
+THIRD_BY_DEFAULT = {"nuts", "sghmc", "vi-meanfield", "ensemble"}
 QUICK_GRID = [
     (b, m) if b != "jaxdelegate" or m in THIRD_BY_DEFAULT
     else pytest.param(b, m, marks=pytest.mark.slow)

@@ -106,6 +106,19 @@ def test_natural_gradient_section_example_runs_as_written():
     np.testing.assert_allclose(post.guide.params["scale"] ** 2, var, rtol=0.1)
 
 
+@pytest.mark.slow  # ~25 s: two ensembles of 5 members x 3000 steps
+def test_ensembles_page_example_runs_as_written():
+    namespace: dict = {}
+    _run_first_block("ensembles.md", namespace)
+    ens, anchored, model, X, y = (namespace[k] for k in ("ens", "anchored", "model", "X", "y"))
+    for post in (ens, anchored):
+        assert not post.diagnostics, post.diagnostics.report()
+        assert post.samples["net.0.weight"].shape == (5, 1, 1, 20)
+        assert post.predict(model(X)).rmse(y) < 0.5 * y.std()
+    assert anchored.settings["anchored_sites"] == [f"net.{i}.{k}" for i in (0, 1)
+                                                   for k in ("weight", "bias")]  # fmt: skip
+
+
 @pytest.mark.slow  # ~30 s alone (two fits of 2,000 and 1,500 steps, in a fresh JAX process)
 def test_scale_page_example_runs_as_written_on_four_devices():
     """docs/scale.md's example in a process with four virtual CPU devices (JAX fixes the count

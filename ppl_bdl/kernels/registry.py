@@ -93,7 +93,7 @@ def available() -> list[str]:
 
 def get(name: str) -> KernelEntry:
     if name not in _REGISTRY:
-        raise one_of("method", name, [*_REGISTRY, "vi", "cavi"])
+        raise one_of("method", name, [*_REGISTRY, "vi", "cavi", "ensemble"])
     return _REGISTRY[name]
 
 

@@ -1,0 +1,367 @@
+"""Deep ensembles and anchored ensembles: ``fit(bound, method="ensemble", num_members=M)``.
+
+A deep ensemble (Lakshminarayanan, Pritzel & Blundell, *Simple and Scalable Predictive
+Uncertainty Estimation using Deep Ensembles*, NeurIPS 2017) is M independent MAP fits of the same
+model, each from its own start and with its own minibatch order; the predictive distribution is
+the uniform mixture of the members' predictive distributions. Here a member minimises the
+model's potential U(θ) = −log p(θ, D) − log|J| in the unconstrained space (the prior is the
+regulariser, the likelihood minibatched and scaled by N/B as in VI: the chapter's Eq. 2.19) with
+the backend's optimizer (:meth:`Backend.optimizer`, Adam by default, the schedules of
+:mod:`ppl_bdl.optim`).
+
+The members are the chains of the one driver (:func:`~ppl_bdl.inference.driver.run_chains`): a
+:class:`~ppl_bdl.backend_protocol.Transition` whose state is the member's flat position and its
+optimizer's state, whose step is the potential's ``value_and_grad`` on the step's minibatch and
+an optimizer update, and which keeps the position after the last step. Members run side by side
+(``vmap``) where the backend vectorises chains, one after another elsewhere; member m's start,
+anchor and minibatch order depend only on the seed and m, so ``chain_ids`` runs a subset of the
+members with exactly the result they have in the whole ensemble.
+
+**Anchored ensembles** (``anchored=True``; Pearce, Leibfried, Brintrup, Zaki & Neely,
+*Uncertainty in Neural Networks: Approximately Bayesian Ensembling*, AISTATS 2020, Sec. 4, the
+anchored loss of their Algorithm 1, ``Loss_anchor,j = ‖y − ŷ_j‖²/N + ‖Γ^{1/2}(θ_j −
+θ_anc,j)‖²/N``): member m is regularised towards its own draw θ_anc,m from the prior instead of
+towards the prior's centre μ. For a site with a Gaussian prior N(μ, s²) (fixed μ and s, outside
+every plate) its prior term ½ Σ ((θ − μ)/s)² becomes ½ Σ ((θ − θ_anc,m)/s)²; the likelihood and
+every other term of U are unchanged (Γ of the paper is σ²_ε/s², the same quadratic form once the
+likelihood's noise scale multiplies through). For other priors there is no such quadratic form
+to move: ``anchored=True`` refuses a model with a latent site whose prior is not such a Normal,
+and ``anchored=[sites]`` anchors only the listed sites (the others keep their own prior, as in a
+plain ensemble). With ``init`` left out an anchored member starts at its anchor in the anchored
+coordinates (the paper's code initialises each network at its anchor).
+
+For a linear-Gaussian model the anchored MAP is θ_m = A⁻¹(Xᵀy/σ² + S₀⁻¹θ_anc,m), A = XᵀX/σ² +
+S₀⁻¹: the members are centred on the exact posterior mean with covariance A⁻¹S₀⁻¹A⁻¹, which is
+the posterior's A⁻¹ in directions the data does not inform and smaller in those it does (the
+paper's analysis of randomised MAP sampling: "centred correctly but underestimated marginal
+variance"); tests/test_ensemble.py checks both.
+
+Example
+-------
+>>> import numpy as np, ppl_bdl as bdl
+>>> from ppl_bdl.models import bnn, regression
+>>> X, y = regression.sine_data()
+>>> model = bnn.make_bnn_regression(hidden=(10,))
+>>> ens = bdl.fit(model(X, y), backend="numpyro", method="ensemble", num_members=3,
+...               num_steps=300, lr=0.01, batch_size=20, progress=False)
+>>> ens.samples["net.0.weight"].shape   # one draw per member
+(3, 1, 1, 10)
+>>> ens.losses.shape                    # the loss of every step of every member
+(3, 300)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backend_protocol import Batch, Transition
+from ..errors import ConfigError, InferenceError
+from ..layout import ModelDensity
+from ..optim import OptimizerConfig, unit_schedule
+from .driver import Rates, RunResult, plan_run, run_chains
+from .minibatch import EpochBatches
+from .posterior_from_draws import build_posterior
+from .setup import Setup, minibatch_plate
+from .starts import initial_positions
+
+#: The options of ``method="ensemble"``.
+OPTIONS = (
+    "num_members", "num_steps", "batch_size", "anchored", "optimizer", "lr", "momentum",
+    "schedule", "decay", "clip_norm", "chunk_size",
+)  # fmt: skip
+
+
+def _count(name: str, value: Any, default: int | None = None) -> int | None:
+    value = default if value is None else value
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    """A fit's ensemble settings, checked once (:meth:`build`).
+
+    ``num_members`` M (5), ``num_steps`` optimizer steps per member (2000), ``batch_size`` (None:
+    full-batch steps), ``anchored`` (False; True: every latent site; or a tuple of site names),
+    ``optimizer`` (an :class:`~ppl_bdl.optim.OptimizerConfig`: ``optimizer``, ``lr`` (0.01),
+    ``momentum``, ``schedule`` ("constant", "exponential" or "cosine": the steps' rates, a
+    :class:`~ppl_bdl.inference.driver.Rates`), ``decay``, ``clip_norm``) and ``chunk_size``.
+
+    Example
+    -------
+    >>> from ppl_bdl.inference.ensemble import EnsembleConfig
+    >>> config = EnsembleConfig.build(num_members=5, num_steps=400, lr=0.1, batch_size=100)
+    >>> config.num_members, config.optimizer.lr, config.anchored
+    (5, 0.1, False)
+    """
+
+    num_members: int = 5
+    num_steps: int = 2000
+    batch_size: int | None = None
+    anchored: bool | tuple[str, ...] = False
+    optimizer: OptimizerConfig = OptimizerConfig()
+    chunk_size: int | None = None
+
+    @classmethod
+    def build(
+        cls, num_members: int | None = None, num_steps: int | None = None,
+        batch_size: int | None = None, anchored: Any = False, optimizer: str = "adam",
+        lr: float = 1e-2, momentum: float = 0.0, schedule: str = "constant", decay: float = 0.1,
+        clip_norm: float | None = None, chunk_size: int | None = None, **unknown: Any,
+    ) -> EnsembleConfig:  # fmt: skip
+        if unknown:
+            raise ConfigError(
+                f"unknown option(s) {sorted(unknown)} for method='ensemble'; expected some of "
+                f"{sorted(OPTIONS)} (and the fit's own: seed, init, precision, device, ...)."
+            )
+        if schedule == "plateau":  # VI's monitor cuts the lr; an ensemble runs a fixed length
+            raise ConfigError(
+                "schedule='plateau' does not apply to method='ensemble': the lr is cut on a "
+                "plateau by VI's convergence monitor, and a member runs num_steps steps without "
+                "one. Use schedule='constant', 'exponential' or 'cosine'."
+            )
+        members = _count("num_members", num_members, 5)
+        steps = _count("num_steps", num_steps, 2000)
+        return cls(
+            members, steps, _count("batch_size", batch_size), _check_anchored(anchored),
+            OptimizerConfig.build(optimizer=optimizer, lr=lr, momentum=momentum,
+                                  schedule=schedule, decay=decay, clip_norm=clip_norm,
+                                  num_steps=steps),
+            _count("chunk_size", chunk_size),
+        )  # fmt: skip
+
+    def settings(self) -> dict:
+        """The settings saved with the posterior (JSON values)."""
+        anchored = self.anchored if isinstance(self.anchored, bool) else list(self.anchored)
+        opt = self.optimizer
+        return dict(num_members=self.num_members, num_steps=self.num_steps,
+                    batch_size=self.batch_size, anchored=anchored, lr=opt.lr,
+                    optimizer=opt.optimizer, schedule=opt.schedule)  # fmt: skip
+
+
+def _check_anchored(anchored: Any) -> bool | tuple[str, ...]:
+    if isinstance(anchored, bool):
+        return anchored
+    if (
+        isinstance(anchored, list | tuple)
+        and anchored
+        and all(isinstance(s, str) for s in anchored)
+    ):
+        return tuple(anchored)
+    raise ConfigError(
+        f"anchored must be True, False or a non-empty list of latent site names, got {anchored!r}."
+    )
+
+
+def check_ensemble_call(num_chains, num_warmup, thinning, num_samples) -> None:
+    """The fit arguments that do not apply to an ensemble are errors, not silently ignored."""
+    if num_chains is not None:
+        raise ConfigError(
+            f"num_chains={num_chains!r} does not apply to method='ensemble': the ensemble's "
+            "members are its chains. Use num_members=..."
+        )
+    given = {"num_warmup": num_warmup, "thinning": thinning, "num_samples": num_samples}
+    given = sorted(k for k, v in given.items() if v is not None)
+    if given:
+        raise ConfigError(
+            f"option(s) {', '.join(given)}: does not apply to method='ensemble': each of the "
+            "num_members members runs num_steps optimizer steps and keeps one draw, its last "
+            "position (no warmup, no chain to thin). Leave them out."
+        )
+
+
+# -- anchors ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Anchors:
+    """The anchored coordinates of the flat vector: ``mask`` (1 where anchored), the prior's
+    ``loc`` and ``scale`` there (0 and 1 elsewhere), and the ``sites`` anchored."""
+
+    sites: tuple[str, ...]
+    mask: np.ndarray
+    loc: np.ndarray
+    scale: np.ndarray
+
+
+def _static(value: Any) -> bool:
+    return isinstance(value, int | float | np.ndarray | np.number) and not isinstance(value, bool)
+
+
+def _anchorable(site) -> bool:
+    """A Gaussian prior with fixed parameters, outside every plate: a quadratic form to move."""
+    params = site.spec.params
+    return site.spec.name == "Normal" and not site.plates and all(map(_static, params.values()))
+
+
+def resolve_anchors(setup: Setup, anchored: bool | tuple[str, ...]) -> Anchors | None:
+    """The :class:`Anchors` of ``anchored`` on ``setup``'s model, or None for a plain ensemble;
+    a ConfigError for a site that cannot be anchored."""
+    if anchored is False:
+        return None
+    layout = setup.layout
+    fit = {s.name for s in layout.slots if _anchorable(layout.sites[s.name])}
+    eligible = [n for n in layout.names if n in fit]
+    names = tuple(layout.names) if anchored is True else anchored
+    unknown = [n for n in names if n not in layout.names]
+    if unknown:
+        raise ConfigError(
+            f"anchored={list(anchored)}: {unknown} are not continuous latent sites of "
+            f"{setup.bound.name!r} (its latent sites: {layout.names})."
+        )
+    refused = [n for n in names if n not in fit]
+    if refused:
+        kinds = {n: layout.sites[n].spec.name for n in refused}
+        hint = f"anchored={eligible}" if eligible else "method='ensemble' without anchored"
+        raise ConfigError(
+            f"anchored ensembles move the Gaussian prior's quadratic form ½Σ((θ−μ)/s)² to "
+            f"½Σ((θ−θ_anc)/s)² (Pearce et al. 2020), which needs a Normal prior with fixed loc "
+            f"and scale outside every plate; site(s) {kinds} have none. Use {hint} to anchor "
+            "only the sites that qualify (the others keep their own prior, as in a plain "
+            "ensemble)."
+        )
+    mask, loc, scale = np.zeros(layout.dim), np.zeros(layout.dim), np.ones(layout.dim)
+    for slot in layout.slots:
+        if slot.name in names:
+            params, sl = (
+                layout.sites[slot.name].spec.params,
+                slice(slot.offset, slot.offset + slot.size),
+            )
+            mask[sl] = 1.0
+            loc[sl] = np.broadcast_to(np.asarray(params.get("loc", 0.0), float), slot.shape).ravel()
+            scale[sl] = np.broadcast_to(
+                np.asarray(params.get("scale", 1.0), float), slot.shape
+            ).ravel()
+    return Anchors(tuple(n for n in layout.names if n in names), mask, loc, scale)
+
+
+# -- the transition --------------------------------------------------------------------------
+def ensemble_transition(
+    setup: Setup, config: EnsembleConfig, plate: tuple[str, int] | None,
+    anchors: Anchors | None = None, start_at_anchor: bool = False,
+) -> tuple[Transition, list]:  # fmt: skip
+    """One member's transition and the data's arrays its steps read.
+
+    ``init(key, position, data)``: the optimizer's state at ``position`` (and, anchored, the
+    member's anchor θ_anc = μ + s·ε, ε ~ N(0, I) from the member's key; with
+    ``start_at_anchor`` the position takes the anchor's values in the anchored coordinates);
+    ``step``: the (anchored) potential's value and gradient on the minibatch and the optimizer's
+    update with the step's learning rate ``rate`` (the run's :class:`Rates`), skipped where they
+    are not finite; info ``loss`` and ``grad_norm``; ``emit``: the position."""
+    be, dim = setup.backend, setup.layout.dim
+    density = ModelDensity(setup.bound, be, setup.layout, setup.params)
+    plate_name = plate[0] if plate else None
+    optimizer = be.optimizer(config.optimizer)
+    m = be.math
+
+    def potential_and_grad(position, batch: Batch):
+        indices = None if batch.indices is None else {plate_name: batch.indices}
+        return density.value_and_grad(position, batch.data, indices)
+
+    with be.scope(), be.activate():
+        example_idx = be.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
+        example = (be.asarray(np.zeros(dim)), Batch(density.data, example_idx))
+        potential_and_grad = be.trace(potential_and_grad, example)
+        if anchors is not None:
+            mask, loc = be.asarray(anchors.mask), be.asarray(anchors.loc)
+            spread = be.asarray(anchors.mask * anchors.scale)
+            weight = be.asarray(anchors.mask / anchors.scale**2)
+
+    def init(key, position, data):
+        state = {}
+        if anchors is not None:
+            anchor = loc + spread * be.random.normal(key, (dim,))
+            if start_at_anchor:
+                position = position + mask * (anchor - position)
+            state["anchor"] = anchor
+        params = {"theta": position}
+        state.update(params=params, optimizer=optimizer.init(params))
+        return state
+
+    def step(key, state, batch, rate):
+        theta = state["params"]["theta"]
+        loss, grad = potential_and_grad(theta, batch)
+        if anchors is not None:  # ½Σ w(θ − θ_anc)² replaces ½Σ w(θ − μ)², w = 1/s² (anchored)
+            anchor = state["anchor"]
+            loss = loss + 0.5 * m.sum(weight * ((theta - anchor) ** 2 - (theta - loc) ** 2))
+            grad = grad + weight * (loc - anchor)
+        grad_norm = m.sqrt(m.sum(grad * grad))
+        ok = m.isfinite(loss) & m.isfinite(grad_norm)
+        params, opt_state = optimizer.update(
+            {"theta": grad}, state["optimizer"], state["params"], ok, rate
+        )
+        return {**state, "params": params, "optimizer": opt_state}, {
+            "loss": loss,
+            "grad_norm": grad_norm,
+        }
+
+    def emit(state):
+        return state["params"]["theta"]
+
+    return Transition(init, step, emit), density.data
+
+
+def run_ensemble(
+    setup: Setup, config: EnsembleConfig, *, seed: int, init: Any = None, progress: bool = False,
+    log_likelihood: bool = True, chain_ids: list[int] | None = None,
+):  # fmt: skip
+    """Fit the members ``chain_ids`` (all by default) of ``config``'s ensemble; a
+    :class:`~ppl_bdl.posterior.Posterior` with one draw per member (chain), ``post.losses``
+    (member, step) and the last step's ``loss`` and ``grad_norm`` as sample stats."""
+    be = setup.backend
+    plate = minibatch_plate(setup, config.batch_size)
+    anchors = resolve_anchors(setup, config.anchored)
+    setup.settings["anchored_sites"] = list(anchors.sites) if anchors else []
+    transition, data = ensemble_transition(setup, config, plate, anchors, init is None)
+    positions = initial_positions(setup, init, config.num_members, seed)
+    members = list(range(config.num_members)) if chain_ids is None else list(chain_ids)
+    setup.settings["members"] = members  # the chains' member numbers (diagnostics name them)
+    keep = np.zeros(config.num_steps, bool)
+    keep[-1] = True
+    plan = plan_run(keep, len(members), setup.layout.dim, config.chunk_size, progress)
+
+    def batches(member: int):
+        return EpochBatches(plate[1], config.batch_size, [seed, member, 7]) if plate else None
+
+    # The steps' learning rates: lr x the schedule's shape at the step counter (in the step).
+    rates = Rates(config.optimizer.lr, unit_schedule(config.optimizer))
+    run = run_chains(be, transition, positions[members], seed, plan, data, batches, "ensemble",
+                     rates, progress=progress, chain_ids=members, trace=True)  # fmt: skip
+    if run.failure is not None:
+        _raise_failure(setup, run, transition, members, log_likelihood)
+    return build_posterior(setup, run.draws, run.infos, "ensemble", log_likelihood=log_likelihood,
+                           losses=run.step_infos["loss"].astype(float))  # fmt: skip
+
+
+def _raise_failure(setup: Setup, run: RunResult, transition, members, log_likelihood) -> None:
+    """The member that failed, and a partial ensemble: the members that finished and those
+    stopped with it, at their positions from before the failed step."""
+    be, failure = setup.backend, run.failure
+    rows = [] if run.draws is None else [run.draws[:, -1]]
+    if run.final_state is not None:
+        with be.scope(), be.activate():
+            rows.append(np.asarray(be.to_numpy(transition.emit(run.final_state)), float)
+                        .reshape(-1, setup.layout.dim))  # fmt: skip
+    partial = None
+    if rows:
+        flat = np.concatenate(rows)[:, None]
+        partial = build_posterior(setup, flat, {}, "ensemble", log_likelihood=log_likelihood)
+        partial.settings["members"] = members[: len(flat)]
+    member = failure.chains[0]
+    held = "" if partial is None else (
+        f" error.partial holds members {members[: partial.num_chains]} at their positions "
+        "before that step."
+    )  # fmt: skip
+    if failure.reason == "interrupted":
+        raise InferenceError(f"the ensemble was interrupted at step {failure.step}.{held}",
+                             partial=partial)  # fmt: skip
+    raise InferenceError(
+        f"ensemble member {member}: the loss or its gradient is not finite (NaN or inf) at "
+        f"step {failure.step}.{held} Try a smaller lr, clip_norm=..., or check the model's "
+        "priors and data.",
+        partial=partial,
+    )
