@@ -18,7 +18,8 @@ from ppl_bdl import dist
 from ppl_bdl.diagnostics import ConvergenceWarning
 from ppl_bdl.inference.common import prepare
 from ppl_bdl.inference.psis import importance_log_weights
-from ppl_bdl.inference.vi import DEFAULT_LR, VIRun
+from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.vi_guides import DEFAULT_LR
 from ppl_bdl.inference.vi_monitor import (
     AUTO_MAX_STEPS,
     AUTO_MIN_STEPS,
