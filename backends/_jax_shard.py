@@ -17,9 +17,9 @@ Example
 >>> import jax, numpy as np
 >>> from ppl_bdl.backends._jax_shard import Placement
 >>> placement = Placement(jax.devices()[:1], "chains")
->>> placed = placement.place({"x": np.zeros((4, 3))}, chain_axis=0)
->>> placed["x"].sharding.spec
-PartitionSpec('devices', None)
+>>> placed = placement.place({"x": np.zeros((4, 3))}, chain_axis=0, batch_axis=None)
+>>> tuple(placed["x"].sharding.spec)
+('devices', None)
 """
 
 from __future__ import annotations

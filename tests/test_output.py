@@ -191,10 +191,14 @@ def test_results_page_example_runs(tmp_path, monkeypatch):
         exec(compile(code, "docs/results.md", "exec"), namespace)
     post, pred, lo, hi = (namespace[k] for k in ("post", "pred", "lo", "hi"))
     assert "r_hat" not in namespace["frame"].columns
-    assert post.guide.params["loc"] == pytest.approx(2.16, abs=0.05)
-    assert post.guide.params["scale"] == pytest.approx(0.15, abs=0.03)
-    np.testing.assert_allclose(pred.sd, 1.01, atol=0.05)
-    np.testing.assert_allclose((lo + hi) / 2, 2.16, atol=0.2)
+    # The exact posterior (conjugate): N(sum(y) / (n + 1/100), 1 / (n + 1/100)). Adam at a
+    # constant lr of 0.05 ends within half a posterior sd of its mean.
+    y = namespace["y"]
+    mean, sd = y.sum() / (y.size + 0.01), (y.size + 0.01) ** -0.5
+    assert post.guide.params["loc"] == pytest.approx(mean, abs=0.5 * sd)
+    assert post.guide.params["scale"] == pytest.approx(sd, rel=0.2)
+    np.testing.assert_allclose(pred.sd, np.sqrt(1 + sd**2), atol=0.05)
+    np.testing.assert_allclose((lo + hi) / 2, mean, atol=0.2)
     np.testing.assert_allclose((hi - lo) / 2, 1.67, atol=0.2)
 
 

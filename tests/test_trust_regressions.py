@@ -4,6 +4,8 @@ used as given, and a likelihood that turns NaN midway."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -41,10 +43,16 @@ def test_a_minibatched_site_must_be_indexed_by_its_plate(backend, method):
                 num_samples=5, progress=False, **options)  # fmt: skip
 
 
-def test_num_chains_is_an_error_for_vi(backend):
-    with pytest.raises(bdl.ConfigError, match="num_chains=4 does not apply to method='vi'"):
-        bdl.fit(plate_of(np.zeros(5), 5), backend=backend, method="vi", num_chains=4,
-                num_steps=5, progress=False)  # fmt: skip
+def test_num_chains_for_vi_runs_independent_fits(backend):
+    """Once an error (issue 13), num_chains for VI now runs that many independent fits, the
+    first the one fit of the same seed (issue 20; tests/test_scale.py checks them in depth)."""
+    kw = dict(backend=backend, method="vi", num_steps=50, num_samples=3, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)  # 50 steps: not converged
+        both = bdl.fit(plate_of(np.zeros(5), 5), num_chains=2, **kw)
+        one = bdl.fit(plate_of(np.zeros(5), 5), **kw)
+    assert both.samples["mu"].shape == (2, 3)
+    np.testing.assert_allclose(both.losses[0], one.losses, rtol=1e-5)
 
 
 def test_nuts_without_warmup_uses_the_step_size_given(backend):
