@@ -243,7 +243,7 @@ GUIDES = ("meanfield", "lowrank", "fullrank", "flow")
 #: regression is one since the loop's keys became fold_in(chain key, step) (session 10): at
 #: seed 0 its loss creeps from 47 to 44 over 35,000 steps, too steadily for the plateau rule to
 #: cut the lr, which it first does at the 50,000-step cap (then 35.3); the lr / 3 reference
-#: reaches 21.2 (limit 23.6). Session 9's keys reached 21.6.
+#: reaches 21.2 (limit 23.6). Session 9's keys reached 21.6; seeds 1 and 2 reach 20.9 and 19.8.
 KNOWN_GAPS: set[tuple[str, str]] = {("bnn_regression", "flow")}
 
 
