@@ -122,6 +122,11 @@ def test_delta_is_map_in_unconstrained_space(backend):
     assert np.all(s == s.flat[0])
     # The mode of log p(log s | y) + log s: close to the sample standard deviation.
     assert abs(s.flat[0] - y.std()) < 0.1
+    # guide.params: the point in the site's own space (s itself, not log s, the raw loc).
+    params, raw = post.guide.params, post.guide.raw_params
+    assert list(params) == ["s"] and params["s"].shape == () and list(raw) == ["loc"]
+    np.testing.assert_allclose(params["s"], s.flat[0], rtol=1e-6)
+    np.testing.assert_allclose(np.log(params["s"]), raw["loc"][0], rtol=1e-5)
 
 
 @pytest.mark.parametrize(

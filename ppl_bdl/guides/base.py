@@ -159,8 +159,9 @@ class FittedGuide:
 
     ``params`` are the fitted parameters as a person reads them, NumPy arrays in their own
     space: a mean-field guide's ``loc`` and ``scale`` (not the scale's softplus preimage
-    ``rho``), a low-rank guide's ``loc`` and ``covariance``, a custom guide's ``bdl.param`` values
-    after their constraints. ``raw_params`` are the unconstrained values the optimizer moved
+    ``rho``), a low-rank guide's ``loc`` and ``covariance``, a delta guide's point as each site's
+    value (constrained: a positive scale as itself), a custom guide's ``bdl.param`` values after
+    their constraints. ``raw_params`` are the unconstrained values the optimizer moved
     (``phi`` is the same, as one flat vector: what :func:`ppl_bdl.load` restores from).
     ``sample(n)`` returns constrained draws per latent site; ``log_prob(values)`` scores
     constrained values (the density in the constrained space, change of variables included).
@@ -217,16 +218,7 @@ class FittedGuide:
 
     def sample(self, n: int, seed: int = 0) -> dict[str, np.ndarray]:
         """``n`` constrained draws of every latent site, shaped (n, *site_shape)."""
-        be, layout = self.guide.backend, self.guide.layout
-        flat = self.sample_unconstrained(n, seed)
-        with be.scope(), be.activate():
-            parts = layout.unflatten(be.asarray(flat))
-            out = {}
-            for name, u in parts.items():
-                transform = be.biject_to(layout.sites[name].native.support)
-                value = u if transform is None else transform(u)
-                out[name] = np.asarray(be.to_numpy(value)).reshape((n,) + _slot(layout, name).shape)
-        return out
+        return constrain(self.guide.layout, self.guide.backend, self.sample_unconstrained(n, seed))
 
     def log_prob(self, values: dict[str, Any] | np.ndarray) -> np.ndarray:
         """log q of constrained site values (dict of arrays with a leading draw axis), or of flat
@@ -275,6 +267,21 @@ _NOT_AMORTIZED = (
     "guide=guides.Amortized(encoder, sites=[...]) (docs/amortized.md). This posterior's guide is "
     "{name!r}, with no encoder."
 )
+
+
+def constrain(layout, backend, flat) -> dict[str, np.ndarray]:
+    """Flat unconstrained vectors ``flat`` (n, d) as constrained values of every latent site,
+    shaped (n, *site_shape), NumPy (each site through its support's bijection)."""
+    flat = np.atleast_2d(np.asarray(flat))
+    n = flat.shape[0]
+    with backend.scope(), backend.activate():
+        out = {}
+        for name, u in layout.unflatten(backend.asarray(flat)).items():
+            transform = backend.biject_to(layout.sites[name].native.support)
+            value = u if transform is None else transform(u)
+            shape = (n,) + _slot(layout, name).shape
+            out[name] = np.asarray(backend.to_numpy(value)).reshape(shape)
+    return out
 
 
 def _slot(layout, name: str):

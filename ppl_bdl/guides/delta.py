@@ -2,6 +2,9 @@
 
 The objective reduces to the log joint at μ (prior and log-Jacobian included), the MAP baseline a
 Bayesian deep-learning user compares against. Its posterior has ``num_samples`` copies of μ.
+``post.guide.params`` is the point as the sites' values (each in its own, constrained space: a
+positive scale as itself, not its log); ``post.guide.raw_params["loc"]`` is μ, the flat
+unconstrained vector the optimizer moved.
 
 Example
 -------
@@ -14,13 +17,15 @@ Example
 ...                num_samples=5, progress=False)
 >>> round(float(post.samples["z"].mean()), 2)
 1.0
+>>> {k: v.shape for k, v in post.guide.params.items()}, sorted(post.guide.raw_params)
+({'z': ()}, ['loc'])
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Guide, GuideInit, ParamLayout
+from .base import Guide, GuideInit, ParamLayout, constrain
 from .registry import register
 
 
@@ -49,6 +54,11 @@ class DeltaGuide(Guide):
 
     def log_prob(self, params, theta):
         return self.m.zeros((theta.shape[0],))
+
+    def describe(self, params):
+        """The point mass's location as each latent site's value, in the site's own space."""
+        values = constrain(self.layout, self.backend, np.asarray(params["loc"])[None])
+        return {name: value[0] for name, value in values.items()}
 
 
 @register("delta")
