@@ -4,7 +4,8 @@ After every fit, :func:`check_fit` looks at the result and lists what a user sho
 for MCMC, R-hat above 1.01 (rank-normalised split R-hat, Vehtari et al. 2021, as ArviZ computes
 it; only with two chains or more), bulk or tail ESS below 100 per chain, divergent transitions,
 draws that hit the maximum tree depth, mean acceptance far from its target; for VI, a run stopped
-on a diverging loss, a loss that ended far above its running minimum or has not flattened, and the
+on a diverging loss, a run to convergence (``num_steps=None``) that reached its step cap first,
+a loss that ended far above its running minimum or has not flattened, and the
 Pareto k̂ of the importance weights p(x, θ) / q(θ) at draws from the guide (PSIS, Vehtari et al.
 2024, as :func:`arviz.psislw` computes it); for an ensemble, each member's loss curve as VI's
 (no R-hat or ESS: its members are optima, not chains). Each :class:`Finding` names the sites
@@ -59,6 +60,7 @@ _LABELS = {
     "tree_depth": "{value:.0%} of draws hit the maximum tree depth (> {threshold:.0%})",
     "acceptance": "mean acceptance {value:.2f}, target {threshold:.2f}",
     "vi_diverged": "the VI loss diverged at step {value:.0f}",
+    "vi_not_converged": "the VI run reached its cap of {value:.0f} steps before its loss converged",
     "vi_above_minimum": "the final VI loss is {value:.3g} above its running minimum (> {threshold:.3g})",
     "vi_not_flat": (
         "the VI loss still fell by {value:.1%} of its whole fall over the last 10% of steps "
@@ -71,7 +73,6 @@ _LABELS = {
     "psis_khat": "Pareto k̂ {value:.2f} > {threshold:.2f}",
     "cavi_not_converged": "CAVI's ELBO still changed by more than tol={threshold:.2g} after "
     "{value:.0f} sweeps",
-    "cost": "{value:.0f} latent dimensions (> {threshold:.0f})",
 }
 
 
@@ -247,8 +248,9 @@ def sampler_findings(stats: dict, method: str, settings: dict) -> list[Finding]:
 
 
 def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
-    """VI's checks: a run stopped on a diverging loss, a loss that ended far above its running
-    minimum or has not flattened, and the Pareto k̂ of the importance weights."""
+    """VI's checks: a run stopped on a diverging loss, a run to convergence that hit its cap
+    (``settings["converged"]`` False), a loss that ended far above its running minimum or has
+    not flattened, and the Pareto k̂ of the importance weights."""
     findings = []
     losses = np.asarray(losses if losses is not None else [], dtype=float)
     if settings.get("stop_reason") == "diverging":
@@ -260,6 +262,13 @@ def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
         ))  # fmt: skip
     elif losses.size >= 50:
         findings += _loss_curve_findings(losses)
+    if settings.get("num_steps", 0) is None and settings.get("converged") is False:
+        findings.append(Finding(
+            "vi_not_converged", (), float(settings.get("steps_run") or losses.size), 0,
+            "the guide is the one at its best loss so far, not a converged fit; pass a larger "
+            "num_steps (e.g. twice as many, with schedule='plateau') or a larger lr, and look "
+            "at post.losses",
+        ))  # fmt: skip
     if log_weights is not None:
         khat = pareto_khat(log_weights)
         if khat > KHAT_MAX:

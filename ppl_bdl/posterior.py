@@ -16,6 +16,7 @@ from .diagnostics import Diagnostics, Finding
 from .errors import ConfigError
 from .evaluation import evaluate
 from .predictive import posterior_predictive
+from .summary_frame import summary_frame
 
 #: ``arviz.summary``'s columns about a chain's mixing (none apply to one draw per chain).
 _MIXING_COLUMNS = ("mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
@@ -135,7 +136,9 @@ class Posterior:
         VI's draws included, ArviZ would warn and fill the column with NaN); with one draw per
         chain (an ensemble) R-hat, ESS and MCSE are left out. The frame's ``attrs["note"]``
         says so. ``attrs["diagnostics"]`` holds the fit's diagnostics report
-        (``self.diagnostics.report()``). Keyword arguments go to ``arviz.summary``.
+        (``self.diagnostics.report()``). The frame (a
+        :class:`~ppl_bdl.summary_frame.SummaryFrame`, a DataFrame) shows the note and the
+        report under the table when displayed. Keyword arguments go to ``arviz.summary``.
         """
         import arviz as az  # heavy: imported when first used
 
@@ -152,7 +155,7 @@ class Posterior:
             frame = frame.drop(columns="r_hat")
             frame.attrs["note"] = "R-hat needs 2 or more chains; this posterior has 1."
         frame.attrs["diagnostics"] = self.diagnostics.report()
-        return frame
+        return summary_frame(frame)
 
     def __repr__(self) -> str:
         """A line: method, backend, chains x draws, the sites with their shapes, diagnostics."""

@@ -96,6 +96,30 @@ def test_one_chain_and_vi_summaries_have_no_warning_and_no_rhat(fits, arviz_log)
         assert frame.attrs["diagnostics"] == post.diagnostics.report()
 
 
+def test_a_displayed_summary_shows_its_note_and_the_diagnostics_report(fits):
+    """The report is shown by summary(): its repr (REPL, print) and its HTML (Jupyter) end with
+    the note and the report; it is a DataFrame otherwise, and frames derived from it are plain."""
+    import pandas as pd
+
+    one_chain, two_chains, vi = fits
+    # A short one-chain NUTS run has findings (ESS); the report lists them.
+    assert one_chain.diagnostics, "the check needs a fit with findings"
+    for post in (one_chain, two_chains, vi):
+        frame = post.summary()
+        report = post.diagnostics.report()
+        assert isinstance(frame, pd.DataFrame) and report in frame.attrs["diagnostics"]
+        text = repr(frame)
+        assert text.startswith(repr(pd.DataFrame(frame))) and text.endswith(report)
+        assert str(frame) == text and frame.to_string() == pd.DataFrame(frame).to_string()
+        if "note" in frame.attrs:
+            assert frame.attrs["note"] + "\n" + report in text
+        html = frame._repr_html_()
+        first = report.splitlines()[0]
+        assert html.startswith("<div") and first in html and "</table>" in html
+        assert "problem" not in repr(frame[["mean"]]) and type(frame.round(2)) is pd.DataFrame
+    assert "problem" in repr(one_chain.summary()) and "R-hat needs" in repr(vi.summary())
+
+
 def test_two_chain_summary_keeps_rhat(fits, arviz_log):
     _, two_chains, _ = fits
     frame = _summary_without_warnings(two_chains, arviz_log)
@@ -191,6 +215,9 @@ def test_results_page_example_runs(tmp_path, monkeypatch):
         exec(compile(code, "docs/results.md", "exec"), namespace)
     post, pred, lo, hi = (namespace[k] for k in ("post", "pred", "lo", "hi"))
     assert "r_hat" not in namespace["frame"].columns
+    assert repr(namespace["frame"]).endswith(
+        "R-hat needs 2 or more chains; this posterior has 1.\nDiagnostics: no problems found."
+    )
     # The exact posterior (conjugate): N(sum(y) / (n + 1/100), 1 / (n + 1/100)). Adam at a
     # constant lr of 0.05 ends within half a posterior sd of its mean.
     y = namespace["y"]

@@ -75,7 +75,9 @@ def run_vi(
     The run is watched (:mod:`~ppl_bdl.inference.vi_monitor`): the guide returned is the one at
     the best smoothed loss (``post.settings["best_step"]``), and a loss that diverges while
     staying finite stops the run (``settings["stopped_at"]``, ``stop_reason="diverging"``),
-    which the fit's diagnostics report.
+    which the fit's diagnostics report. ``settings["converged"]``: whether the loss passed the
+    monitor's convergence test by the end (a run to convergence that reached its cap without
+    passing it is reported too: ``vi_not_converged``).
 
     Options: ``guide`` ("meanfield", "lowrank", "fullrank", "flow", "delta", a registered name or a
     ``@bdl.guide`` function), ``objective`` ("elbo", "renyi", "iwae"), ``alpha``, ``kl`` ("auto",
@@ -102,6 +104,7 @@ def run_vi(
         lr_cuts=_each([list(m.cuts) for m in monitors], one) if run.plateau else None,
         stopped_at=_each(run.stopped, one),
         stop_reason=_each(["diverging" if s else None for s in run.stopped], one),
+        converged=_each([m.converged() for m in monitors], one),
     )  # fmt: skip
     post = None
     try:
