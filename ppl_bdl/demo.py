@@ -164,9 +164,8 @@ def _save_plots(idata, bnn_pred, X_train, y_train, X_test, y_test, grid, out: Pa
 
 
 def _echo_diagnostics(post, echo: Callable) -> None:
-    """The fit's diagnostics report (``post.diagnostics``), when it found something."""
-    if post.diagnostics:
-        echo(f"diagnostics of the {post.method} fit:\n{post.diagnostics.report()}")
+    """The fit's diagnostics report (``post.diagnostics``; "no problems found" when clean)."""
+    echo(f"diagnostics of the {post.method} fit:\n{post.diagnostics.report()}")
 
 
 def run_backend(

@@ -354,6 +354,10 @@ def test_demo_quick_writes_results(tmp_path, capsys):
         assert (out / f"{backend}_{name}").stat().st_size > 0, name
     post = bdl.load(out / f"{backend}_eight_schools.nc")
     assert post.samples["theta"].shape[-1] == 8
+    # Each fit's diagnostics report is echoed in its own words (the saved posterior keeps it).
+    for name in ("bnn_regression", "eight_schools"):
+        report = bdl.load(out / f"{backend}_{name}.nc").diagnostics.report()
+        assert f"diagnostics of the nuts fit:\n{report}" in printed, (name, report)
 
 
 @pytest.mark.slow
