@@ -138,6 +138,29 @@ def test_nuts_at_its_maximum_tree_depth_warns(backend):
     assert "tree_depth" in post.diagnostics.kinds()
 
 
+@pytest.mark.slow  # NUTS at depth 10 on a 61-weight network: ~1 minute on a 2-core CPU
+@pytest.mark.parametrize("backend", [
+    "numpyro",
+    pytest.param("pyro", marks=pytest.mark.skip(reason=(
+        "Pyro's NUTS takes ~1023 leapfrog steps per draw here at tens of ms each: many minutes "
+        "for the same check, which is the backend-neutral diagnostics code tested on NumPyro"))),
+], indirect=False)  # fmt: skip
+def test_nuts_on_the_shipped_sine_bnn_warns_about_its_saturated_tree_depth(backend):
+    """The issue's run: NUTS on the shipped sine BNN (1-20-1) at the default max_tree_depth=10
+    spends its draws at depth 10 (1023 leapfrog steps each), and now says so."""
+    from ppl_bdl.models.bnn import make_bnn_regression
+    from ppl_bdl.models.regression import make_sine_data
+
+    X, y = make_sine_data()
+    with pytest.warns(ConvergenceWarning, match=r"of draws hit the maximum tree depth.*sghmc"):
+        post = bdl.fit(make_bnn_regression()(X, y), backend=backend, num_warmup=100,
+                       num_samples=20, num_chains=1, progress=False)  # fmt: skip
+    depth = np.asarray(post.sample_stats["tree_depth"])
+    assert np.mean(depth >= 10) >= 0.5, depth  # measured: all 20 draws at depth 10
+    finding = post.diagnostics[post.diagnostics.kinds().index("tree_depth")]
+    assert finding.value == np.mean(depth >= 10) and "max_tree_depth=10" in finding.advice
+
+
 @pytest.mark.parametrize(
     "backend", ["numpyro", pytest.param("pyro", marks=pytest.mark.slow)], indirect=False
 )
