@@ -16,6 +16,7 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.diagnostics import ConvergenceWarning
+from ppl_bdl.inference import vi_monitor
 from ppl_bdl.inference.common import prepare
 from ppl_bdl.inference.psis import importance_log_weights
 from ppl_bdl.inference.vi import VIRun
@@ -25,8 +26,10 @@ from ppl_bdl.inference.vi_monitor import (
     AUTO_MIN_STEPS,
     PLATEAU_CUTS,
     PLATEAU_FACTOR,
+    TIE_SE,
     LossMonitor,
     Plateau,
+    segment_se,
 )
 from ppl_bdl.models import bnn, posteriordb, regression
 
@@ -65,38 +68,75 @@ def _plateau_verdicts(monitor, levels, noise=0.0, size=100):
 
 
 def test_plateau_cuts_the_lr_after_patience_flat_segments_at_most_max_cuts_times():
-    """Keras's ReduceLROnPlateau on the smoothed loss: a segment improves when it goes below the
-    last improving one by more than 0.3% of the gain (here 0.3% of 92 = 0.28); after
-    ``patience`` segments without, the lr is multiplied by ``factor``, the count restarts;
-    converged once flat after the last cut."""
+    """Reduce-on-plateau on windows of ``patience`` segments: the loss is flat when the last
+    window's mean is below the window before by no more than max(0.3% of the gain, 2 standard
+    errors of the difference); noiseless here, so the 0.3% of 92 = 0.28 decides. A cut needs
+    ``patience`` segments since the last one; converged once flat after the last cut."""
     monitor = LossMonitor(Plateau.build(factor=0.5, patience=2, max_cuts=2))
-    levels = [100, 50, 20, 12, 11.9, 11.8, 8, 7.9, 7.8, 7.8, 7.8, 7.8, 7.8]
+    levels = [100, 50, 20] + [12] * 4 + [8] * 4 + [7.8] * 4
     verdicts = _plateau_verdicts(monitor, levels)
-    # 11.9, 11.8: less than 0.28 below 12 for two segments -> cut at 600; 7.9, 7.8 below 8 by
-    # less than that -> cut at 900; then flat for two segments: converged at 1100.
+    # [12, 12] against [12, 12] at 700 (at 600 the window before still held 20) -> cut; the
+    # drop to 8 is a fall until [8, 8] against [8, 8] at 1100 -> cut; 7.8 against 8 is a fall
+    # of 0.1 < 0.28: flat, but converged only 2 segments after the last cut (1300).
     cut_at = [100 * (i + 1) for i, v in enumerate(verdicts) if v == "lr_cut"]
-    assert cut_at == monitor.cuts == [600, 900] and monitor.lr_scale == 0.25
+    assert cut_at == monitor.cuts == [700, 1100] and monitor.lr_scale == 0.25
     assert "diverging" not in verdicts
     converged = []
     replay = LossMonitor(Plateau.build(factor=0.5, patience=2, max_cuts=2))
     for i, level in enumerate(levels):
         replay.update(100 * (i + 1), np.full(100, float(level)), lambda: None)
         converged.append(replay.converged())
-    assert converged.index(True) == 10  # the second flat segment after the last cut (1100)
+    assert converged.index(True) == 12  # the second segment after the last cut (1300)
 
 
 def test_plateau_leaves_a_falling_loss_alone_and_ignores_wobbles_below_the_threshold():
     falling = LossMonitor(Plateau.build())
     assert _plateau_verdicts(falling, 100.0 - 5.0 * np.arange(15), noise=0.5) == [None] * 15
     assert not falling.converged() and falling.cuts == [] and falling.lr_scale == 1.0
-    # Flat at 10 with noise of sd 0.5 per step (a segment's mean: sd 0.05, far below 0.3% of
-    # the gain of 90): cut after exactly 3 segments each time, 3 times, then converged.
+    # Flat at 10 with noise of sd 0.5 per step: first cut when two windows of 3 segments are
+    # flat (the 7th segment), then every 3 segments, 3 times, then converged 3 segments later.
     flat = LossMonitor(Plateau.build())
-    verdicts = _plateau_verdicts(flat, [100.0] + [10.0] * 13, noise=0.5)
-    assert [i for i, v in enumerate(verdicts) if v] == [4, 7, 10] and flat.converged()
+    verdicts = _plateau_verdicts(flat, [100.0] + [10.0] * 14, noise=0.5)
+    assert [i for i, v in enumerate(verdicts) if v] == [6, 9, 12] and not flat.converged()
+    assert _plateau_verdicts(flat, [10.0], noise=0.5) == [None] and flat.converged()
     assert flat.lr_scale == pytest.approx(PLATEAU_FACTOR**PLATEAU_CUTS)
     # With no plateau rule the monitor never cuts (the constant, exponential, cosine schedules).
     assert _plateau_verdicts(LossMonitor(), [100.0] + [10.0] * 13, noise=0.5) == [None] * 14
+
+
+def test_plateau_weighs_the_fall_against_the_loss_noise(monkeypatch):
+    """The issue's flow on the BNN: segments of 1000 steps, step noise of sd 1.1 (a window
+    mean's SE 0.02), the loss creeping 0.06 a segment after a fall inside the first segment.
+    The gain counts from the first 100 steps (60 here: not the first segment's mean), so 0.3%
+    of it is 0.05 a segment-window; the creep (0.18 a window, 6 SE) is a fall and keeps the
+    lr, a creep of 0.01 a segment (0.03 a window, within 2 SE) is a plateau and is cut."""
+    rng = np.random.default_rng(0)
+    start = np.r_[np.full(100, 60.0), np.full(900, 45.0)]  # the first segment: 46.5 on average
+    for creep, cuts in [(0.06, []), (0.01, [7000, 10000, 13000])]:
+        monitor = LossMonitor(Plateau.build())
+        monitor.update(1000, start, lambda: None)
+        for i in range(1, 31):
+            level = 45.0 - creep * i + 1.1 * rng.normal(size=1000)
+            monitor.update(1000 * (i + 1), level, lambda: None)
+        assert monitor.first == 60.0 and monitor.cuts == cuts, (creep, monitor.cuts)
+    # Heavy noise (sd 10 a step, segments of 100) on a flat loss: without the noise margin,
+    # chance falls above 0.3% of the gain hold the lr longer (cuts at 6, 12, 15, not 6, 9, 12).
+    for margin, expected in [(2.0, [6, 9, 12]), (0.0, [6, 12, 15])]:
+        monkeypatch.setattr(vi_monitor, "PLATEAU_SE", margin)
+        monitor = LossMonitor(Plateau.build())
+        verdicts = _plateau_verdicts(monitor, [100.0] + [10.0] * 18, noise=10.0)
+        assert [i for i, v in enumerate(verdicts) if v] == expected, margin
+
+
+def test_a_run_still_falling_at_its_end_spends_its_last_part_at_the_smallest_lr():
+    """The backstop: the cuts left are made in the last ``cuts x patience`` segments (here
+    3 x 3 of 100 steps before step 3000), so a loss that never flattens ends at lr / 8."""
+    falling = LossMonitor(Plateau.build(), num_steps=3000)
+    verdicts = _plateau_verdicts(falling, 100.0 - 2.0 * np.arange(30), noise=0.5)
+    assert falling.cuts == [2100, 2400, 2700] and verdicts.count("lr_cut") == 3
+    assert not falling.converged()  # still falling: not converged, whatever the lr
+    unbounded = LossMonitor(Plateau.build())
+    assert _plateau_verdicts(unbounded, 100.0 - 2.0 * np.arange(30), noise=0.5) == [None] * 30
 
 
 @pytest.mark.parametrize(
@@ -186,8 +226,14 @@ def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
     assert settings["stop_reason"] == "diverging"
     assert settings["best_step"] < settings["stopped_at"] == len(post.losses) < 1000
     assert post.diagnostics.kinds()[0] == "vi_diverged"
-    segments = post.losses.reshape(-1, 100).mean(axis=1)
-    assert settings["best_step"] == 100 * (int(np.argmin(segments)) + 1)
+    parts = post.losses.reshape(-1, 100)
+    segments, low, best = parts.mean(axis=1), int(np.argmin(parts.mean(axis=1))), None
+    # The best state: the latest segment within TIE_SE standard errors of the lowest (a tie).
+    for i in range(low, len(segments)):
+        if segments[i] - segments[low] <= TIE_SE * np.hypot(segment_se(parts[i]),
+                                                            segment_se(parts[low])):  # fmt: skip
+            best = 100 * (i + 1)
+    assert settings["best_step"] == best
     # The guide returned is the one at the best step: its typical loss (the median of
     # -log p(x, θ) + log q(θ) over 256 of its draws; the mean is ruled by the flow's heavy tail)
     # is near the best segment's mean, far below the last segment's.
@@ -210,7 +256,7 @@ def test_num_steps_none_runs_until_converged(backend):
     np.testing.assert_allclose(w, [1.0, -1.0], atol=0.15)
 
 
-@pytest.mark.slow  # about a minute per backend: the run goes until converged (up to 50,000)
+@pytest.mark.slow  # minutes per backend: the run goes until converged (up to 100,000 steps)
 def test_the_flow_guide_at_its_defaults_fits_the_sine_bnn(backend):
     """Sigma within 30% of the true 0.15, and the predictive band wider in the gap of the
     inputs (|x| < 0.8) than where the data is."""
@@ -237,14 +283,13 @@ def _shipped() -> dict:
 GUIDES = ("meanfield", "lowrank", "fullrank", "flow")
 
 
-#: Known gaps, measured. The full-rank guide on the BNN regression was one: at a constant lr it
-#: converged to a loss 4 nats above what lr / 3 reaches (40.3 against 36.5), Adam's noise floor;
-#: the default plateau schedule cuts the lr there and it goes on down. The flow guide on the BNN
-#: regression is one since the loop's keys became fold_in(chain key, step) (session 10): at
-#: seed 0 its loss creeps from 47 to 44 over 35,000 steps, too steadily for the plateau rule to
-#: cut the lr, which it first does at the 50,000-step cap (then 35.3); the lr / 3 reference
-#: reaches 21.2 (limit 23.6). Session 9's keys reached 21.6; seeds 1 and 2 reach 20.9 and 19.8.
-KNOWN_GAPS: set[tuple[str, str]] = {("bnn_regression", "flow")}
+#: Known gaps, measured: none. The full-rank guide on the BNN regression was one (Adam's
+#: constant-lr noise floor: the plateau schedule cuts the lr there). The flow guide on the BNN
+#: regression was one: its loss creeps on a plateau near 45 for ~35,000 steps and again near 35
+#: (a run at lr / 3 creeps there as long, and one at 3 lr longer), then falls to ~21 by step
+#: ~72,000 at the default lr; it passes now that a creep that is a fall beyond the loss's noise
+#: keeps the lr and the cap is 100,000 steps.
+KNOWN_GAPS: set[tuple[str, str]] = set()
 
 
 @pytest.mark.slow  # the grid: 6 models x 4 guides, each against a run 2x longer at lr / 3

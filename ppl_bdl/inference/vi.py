@@ -83,7 +83,7 @@ def run_vi(
     ``@bdl.guide`` function), ``objective`` ("elbo", "renyi", "iwae"), ``alpha``, ``kl`` ("auto",
     "analytic", "mc"), ``gradient`` ("total", the default; "path": the path derivative, sticking
     the landing, :mod:`ppl_bdl.objectives`), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
-    the loss has converged, at least 2,000 and at most 50,000 steps; see
+    the loss has converged, at least 2,000 and at most 100,000 steps; see
     :mod:`~ppl_bdl.inference.vi_monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
     (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("plateau", the
     default with ``num_steps=None``: the lr cut by ``plateau_factor`` (0.5) after
@@ -281,7 +281,7 @@ class VIRun:
             grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
             ok = m.isfinite(loss) & m.isfinite(grad_norm)
             params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok, lr)
-            return {"params": params, "optimizer": opt_state}, {"loss": loss, "grad_norm": grad_norm}
+            return {"params": params, "optimizer": opt_state}, {"loss": loss, "grad_norm": grad_norm}  # fmt: skip
 
         return Transition(init, step, lambda state: {})
 
@@ -298,7 +298,7 @@ class VIRun:
         ``(step, reason)`` as :meth:`steps` does, and the monitors (``best_step``,
         ``best_params``), one per fit."""
         segment = segment_length(self.num_steps, self.chunk_size)
-        monitors = [LossMonitor(self.plateau) for _ in range(self.num_chains)]
+        monitors = [LossMonitor(self.plateau, self.num_steps) for _ in range(self.num_chains)]
         parts, failure, done = [], None, 0
         self.stopped_at, self.lr_cuts = None, monitors[0].cuts
         bar = progress_bar(self.num_steps, "vi") if progress else None

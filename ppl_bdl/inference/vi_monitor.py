@@ -30,15 +30,16 @@ Example
 >>> verdict, monitor.best_step, monitor.best_params
 ('diverging', 300, {'x': 20.0})
 
-A loss that flattens gets its lr cut (patience 2 segments, at most 1 cut here), and is
-converged once it is flat again after the last cut:
+A loss that flattens gets its lr cut (patience 2 segments: the last two segments' mean is no
+lower than the two before; at most 1 cut here), and is converged once it is flat again after
+the last cut:
 
 >>> monitor = LossMonitor(Plateau.build(factor=0.3, patience=2, max_cuts=1))
->>> levels = [100.0, 50.0, 40.0, 40.0, 40.0, 30.0, 30.0, 30.0]
->>> [monitor.update(100 * (i + 1), np.full(10, v), lambda: None) for i, v in enumerate(levels)]
-[None, None, None, None, 'lr_cut', None, None, None]
->>> monitor.cuts, monitor.lr_scale, monitor.converged()
-([500], 0.3, True)
+>>> levels = [100.0, 50.0, 40.0, 40.0, 40.0, 40.0, 30.0, 30.0, 30.0, 30.0]
+>>> verdicts = [monitor.update(100 * (i + 1), np.full(10, v), lambda: None)
+...             for i, v in enumerate(levels)]
+>>> verdicts.index("lr_cut"), monitor.cuts, monitor.lr_scale, monitor.converged()
+(5, [600], 0.3, True)
 """
 
 from __future__ import annotations
@@ -63,10 +64,17 @@ DIVERGENCE_FRACTION = 0.5
 TIE_SE = 3.0
 #: ``num_steps=None``: run until the loss has converged (:meth:`LossMonitor.converged`), at
 #: least AUTO_MIN_STEPS steps and at most AUTO_MAX_STEPS.
-AUTO_MIN_STEPS, AUTO_MAX_STEPS = 2_000, 50_000
+AUTO_MIN_STEPS, AUTO_MAX_STEPS = 2_000, 100_000
 #: Converged: over the last quarter of the steps run, the best smoothed loss improved by less
 #: than this fraction of everything the run gained (the first segment's mean minus the best).
 CONVERGED_FRACTION = 0.003
+#: What the run gained is measured from its start: the mean loss of its first START_STEPS steps
+#: (not of its first segment, whose length depends on num_steps and which on a loss that falls
+#: fast already sits near the floor).
+START_STEPS = 100
+#: The plateau rule's noise margin: a segment improves on the reference only when it is below it
+#: by more than this many standard errors of the two segment means' difference.
+PLATEAU_SE = 2.0
 #: A VI run is watched in about this many segments (each one call of the compiled loop).
 SEGMENTS = 20
 #: The shortest and longest segment: one call costs the host a read-back, which a toy model's
@@ -124,6 +132,26 @@ class Plateau:
         return cls(float(factor), patience, max_cuts)
 
 
+def segment_se(losses: np.ndarray) -> float:
+    """The standard error of a segment's mean loss: the sd of the step losses about the
+    segment's straight-line trend (the noise of one step; a loss still falling inside the
+    segment would inflate a plain sd), over sqrt(steps).
+
+    Example
+    -------
+    >>> rng = np.random.default_rng(0)
+    >>> falling = np.linspace(50.0, 10.0, 400) + rng.normal(size=400)
+    >>> round(segment_se(falling), 3), round(float(falling.std()) / 20, 3)  # 1 / sqrt(400)
+    (0.05, 0.584)
+    """
+    losses = np.asarray(losses, dtype=float)
+    if losses.size < 3:
+        return 0.0
+    steps = np.arange(losses.size)
+    residual = losses - np.polyval(np.polyfit(steps, losses, 1), steps)
+    return float(residual.std() / math.sqrt(losses.size))
+
+
 def segment_length(num_steps: int, chunk_size: int | None = None) -> int:
     """Steps per segment: ``chunk_size`` if given, else about ``num_steps / SEGMENTS`` within
     [MIN_SEGMENT, MAX_SEGMENT] (and never more than ``num_steps``).
@@ -143,12 +171,14 @@ class LossMonitor:
     """The best smoothed loss, the step and parameters where it was reached, divergence, and
     with a ``plateau`` rule the lr's cuts (``cuts``: the steps; ``lr_scale``: the factor now)."""
 
-    def __init__(self, plateau: Plateau | None = None):
-        self.plateau = plateau
+    def __init__(self, plateau: Plateau | None = None, num_steps: int | None = None):
+        self.plateau, self.num_steps = plateau, num_steps
         self.cuts: list[int] = []
         self.lr_scale = 1.0
-        self._reference = math.inf  # the plateau rule's best: the last segment that improved
-        self._waited = 0  # segments since then
+        self.diverged = False
+        self._segments: list[tuple[float, float, int]] = []  # each segment's mean, SE, steps
+        self._since_cut = 0  # segments since the last cut (or the start)
+        self._flat = False  # the plateau test's latest verdict
         self.first: float | None = None
         self.best = math.inf
         self.best_se = 0.0
@@ -160,8 +190,11 @@ class LossMonitor:
     def converged(self) -> bool:
         """Whether the best smoothed loss has stopped improving (see CONVERGED_FRACTION); with a
         plateau rule: whether it has after the last cut (at the smallest lr)."""
+        if self.diverged:
+            return False
         if self.plateau is not None:
-            return len(self.cuts) >= self.plateau.max_cuts and self._waited >= self.plateau.patience
+            done = len(self.cuts) >= self.plateau.max_cuts
+            return done and self._flat and self._since_cut >= self.plateau.patience
         if len(self._history) < 4:
             return False
         step, best = self._history[-1]
@@ -181,9 +214,10 @@ class LossMonitor:
             return None
         mean = float(losses.mean())
         if self.first is None:
-            self.first = mean
+            self.first = float(losses[:START_STEPS].mean())
         self._history.append((step, min(mean, self.best)))
-        se = float(losses.std() / math.sqrt(losses.size))
+        se = segment_se(losses)
+        self._segments.append((mean, se, losses.size))
         if mean < self.best:
             self.best, self.best_step, self.best_params = mean, step, params()
             self.best_se = se
@@ -196,20 +230,54 @@ class LossMonitor:
             threshold = max(DIVERGENCE_FRACTION * gained, DIVERGENCE_SE * self.best_se)
             self._above = self._above + 1 if mean - self.best > threshold else 0
             if self._above >= PATIENCE:
+                self.diverged = True
                 return "diverging"
-        return self._plateau(step, mean)
+        return self._plateau(step)
 
-    def _plateau(self, step: int, mean: float) -> str | None:
+    def _plateau(self, step: int) -> str | None:
         if self.plateau is None:
             return None
-        gained = max(self.first - self.best, 0.0)
-        if mean < self._reference - CONVERGED_FRACTION * gained:
-            self._reference, self._waited = mean, 0
-            return None
-        self._waited += 1
-        if self._waited < self.plateau.patience or len(self.cuts) >= self.plateau.max_cuts:
+        patience, left = self.plateau.patience, self.plateau.max_cuts - len(self.cuts)
+        self._since_cut += 1
+        self._flat = plateau_test(self._segments, patience, self.first - self.best)
+        # The backstop: the cuts left are made in the run's last part, patience segments apart,
+        # so that a run still falling at its end (its cap) ends at the smallest lr.
+        steps_left = math.inf if self.num_steps is None else self.num_steps - step
+        late = steps_left <= left * patience * self._segments[-1][2]
+        if left <= 0 or self._since_cut < patience or not (self._flat or late):
             return None
         self.cuts.append(step)
         self.lr_scale *= self.plateau.factor
-        self._waited = 0
+        self._since_cut = 0
         return "lr_cut"
+
+
+def plateau_test(segments: list[tuple[float, float, int]], patience: int, gained: float) -> bool:
+    """Whether the loss is flat: the mean loss of the last ``patience`` segments (``segments``:
+    each one's mean, standard error and steps) is below that of the ``patience`` before them by
+    no more than max(CONVERGED_FRACTION x ``gained``, PLATEAU_SE x the standard error of that
+    difference). False until there are two windows.
+
+    Example
+    -------
+    >>> creeping = [(45.0 - 0.06 * i, 0.035, 1000) for i in range(6)]  # 0.06 a segment
+    >>> plateau_test(creeping, 3, 20.0), plateau_test(creeping[:5], 3, 20.0)
+    (False, False)
+    >>> plateau_test([(45.0 - 0.01 * i, 0.035, 1000) for i in range(6)], 3, 20.0)
+    True
+    """
+    if len(segments) < 2 * patience:
+        return False
+    last, before = _window(segments[-patience:]), _window(segments[-2 * patience : -patience])
+    fall = before[0] - last[0]
+    noise = PLATEAU_SE * math.hypot(before[1], last[1])
+    return fall <= max(CONVERGED_FRACTION * max(gained, 0.0), noise)
+
+
+def _window(segments) -> tuple[float, float]:
+    """The mean loss of consecutive segments (over all their steps) and its standard error."""
+    steps = np.array([n for _, _, n in segments], dtype=float)
+    means = np.array([m for m, _, _ in segments])
+    ses = np.array([se for _, se, _ in segments])
+    total = steps.sum()
+    return float(means @ steps / total), float(np.sqrt(np.sum((ses * steps) ** 2)) / total)
