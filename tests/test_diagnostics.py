@@ -93,6 +93,14 @@ def test_vi_loss_curves():
     stopped = vi_findings(converged, {"stop_reason": "diverging", "stopped_at": 700,
                                       "best_step": 650})  # fmt: skip
     assert [f.kind for f in stopped] == ["vi_diverged"] and "step 650" in stopped[0].message
+    # A run to convergence (num_steps=None) that reached its cap first says so, and what to try;
+    # a run of a given num_steps, or one that converged, does not.
+    capped = {"num_steps": None, "converged": False, "steps_run": 100_000}
+    found = vi_findings(converged, capped)
+    assert [f.kind for f in found] == ["vi_not_converged"]
+    assert "cap of 100000 steps" in found[0].message and "num_steps" in found[0].advice
+    assert vi_findings(converged, {**capped, "converged": True}) == []
+    assert vi_findings(converged, {**capped, "num_steps": 2000}) == []
 
 
 def test_pareto_khat_separates_light_and_heavy_tails():

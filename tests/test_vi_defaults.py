@@ -16,7 +16,7 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.diagnostics import ConvergenceWarning
-from ppl_bdl.inference import vi_monitor
+from ppl_bdl.inference import vi, vi_monitor
 from ppl_bdl.inference.common import prepare
 from ppl_bdl.inference.psis import importance_log_weights
 from ppl_bdl.inference.vi import VIRun
@@ -252,8 +252,23 @@ def test_num_steps_none_runs_until_converged(backend):
     assert post.settings["schedule"] == "plateau"
     assert len(post.settings["lr_cuts"]) == PLATEAU_CUTS and post.settings["lr_cuts"][-1] < run
     assert len(post.losses) == run
+    assert post.settings["converged"] is True and "vi_not_converged" not in post.diagnostics.kinds()
     w = post.samples["w"].reshape(-1, 2).mean(0)
     np.testing.assert_allclose(w, [1.0, -1.0], atol=0.15)
+
+
+def test_a_run_that_reaches_its_cap_unconverged_says_so(monkeypatch):
+    """The cap lowered to 2,000 steps, and an lr of 1e-4: the loss still falls at the cap, so
+    ``settings["converged"]`` is False and the diagnostics name it (vi_not_converged); the
+    backstop's cuts still came, in the last 900 steps."""
+    monkeypatch.setattr(vi, "AUTO_MAX_STEPS", 2000)
+    X, y = regression.make_regression_data(n=50, d=2, seed=0)
+    post = _quiet_fit(regression.linear_regression(X, y), backend="numpyro", method="vi",
+                      lr=1e-4, num_samples=20)  # fmt: skip
+    assert post.settings["steps_run"] == 2000 and post.settings["converged"] is False
+    assert post.settings["lr_cuts"] == [1100, 1400, 1700]
+    finding = post.diagnostics[post.diagnostics.kinds().index("vi_not_converged")]
+    assert finding.value == 2000 and "num_steps" in finding.advice
 
 
 @pytest.mark.slow  # minutes per backend: the run goes until converged (up to 100,000 steps)

@@ -6,17 +6,33 @@ smoothed loss (a windowed mean: Adam's loss curve is too noisy step by step). It
 copy of the parameters at the end of the latest segment whose smoothed loss is the lowest so far
 or within :data:`TIE_SE` standard errors of it, which is what the fit returns (on a flat loss the
 lowest of many noisy segment means is an early segment by chance, before a decaying lr has
-settled the parameters; within the noise, the latest is the one to keep); and it calls the run diverging when, for :data:`PATIENCE` segments in a row,
-the smoothed loss stays above its best by more than half of everything the run had gained
-(the first segment's mean minus the best) and by more than :data:`DIVERGENCE_SE` standard errors
-of the best segment's mean. A loss that rises but stays finite (a too-large learning rate on a
+settled the parameters; within the noise, the latest is the one to keep); and it calls the run
+diverging when, for :data:`PATIENCE` segments in a row, the smoothed loss stays above its best by
+more than half of everything the run had gained (the mean of its first :data:`START_STEPS` steps
+minus the best) and by more than :data:`DIVERGENCE_SE` standard errors of the best segment's
+mean. A segment's standard error is :func:`segment_se`: the step losses' sd about the
+segment's linear trend, over sqrt(steps). A loss that rises but stays finite (a too-large learning rate on a
 flow, say) then stops the run at once, where it would otherwise be reported at its diverged end.
 
 With a :class:`Plateau` rule (``schedule="plateau"``, VI's default with ``num_steps=None``) it
 also decides when the learning rate is cut: Keras's and PyTorch's ReduceLROnPlateau, on the
 smoothed loss. At constant lr Adam's loss flattens at a noise floor set by the lr (a full-rank
 guide on the shipped BNN regression converged 4 nats above what lr / 3 reaches); a smaller lr
-from there goes on down. The rule is written here once; the factor (:attr:`LossMonitor.lr_scale`)
+from there goes on down. The test (:func:`plateau_test`) is a two-sample comparison: the loss is
+flat when the mean of the last ``patience`` segments is below the mean of the ``patience``
+before them by no more than max(CONVERGED_FRACTION x gained, PLATEAU_SE x the standard error of
+that difference). The noise term keeps a chance wobble from counting as progress; it is the
+segment means' standard error, not the sd of one step, because a fall well beyond the noise is
+progress however slow: on the shipped BNN regression the flow guide's loss creeps 0.06 nats a
+segment (6 standard errors a window) on a plateau near 45 for 35,000 steps, and a run at lr / 3
+creeps there as long (at 3 lr, longer), so this is no noise floor; cut there, the run ends near
+45 where the default lr reaches 21 by step ~72,000 (one segment against the last improving one,
+Keras's form, with the same margins, has too little power: it cut at 21,000, 25,000 and 35,000
+and stopped at 39,000 at 43.6; two windows of 3 segments see the creep at 6 standard errors). Near the cap a backstop makes the cuts left, ``patience`` segments apart, so that a run
+still falling at its end ends at the smallest lr (annealing at the end of a budget: the "decay"
+phase of warmup-stable-decay schedules, Hägele et al. 2024, "Scaling Laws and Compute-Optimal
+Training Beyond Fixed Training Durations"). The rule is written here once; the factor
+(:attr:`LossMonitor.lr_scale`)
 scales the run's rates (:class:`~ppl_bdl.inference.driver.Rates`), an input of the compiled
 loop, so a cut compiles nothing.
 
@@ -66,25 +82,27 @@ TIE_SE = 3.0
 #: least AUTO_MIN_STEPS steps and at most AUTO_MAX_STEPS.
 AUTO_MIN_STEPS, AUTO_MAX_STEPS = 2_000, 100_000
 #: Converged: over the last quarter of the steps run, the best smoothed loss improved by less
-#: than this fraction of everything the run gained (the first segment's mean minus the best).
+#: than this fraction of everything the run gained (the mean of the first START_STEPS steps
+#: minus the best); the plateau test's floor, per window of ``patience`` segments, too.
 CONVERGED_FRACTION = 0.003
 #: What the run gained is measured from its start: the mean loss of its first START_STEPS steps
 #: (not of its first segment, whose length depends on num_steps and which on a loss that falls
 #: fast already sits near the floor).
 START_STEPS = 100
-#: The plateau rule's noise margin: a segment improves on the reference only when it is below it
-#: by more than this many standard errors of the two segment means' difference.
+#: The plateau test's noise margin: the last window's mean must be below the one before by more
+#: than this many standard errors of the difference to count as a fall (one-sided, ~2.3% of
+#: flat windows called falling by chance).
 PLATEAU_SE = 2.0
 #: A VI run is watched in about this many segments (each one call of the compiled loop).
 SEGMENTS = 20
 #: The shortest and longest segment: one call costs the host a read-back, which a toy model's
 #: steps (tens of microseconds) must outweigh.
 MIN_SEGMENT, MAX_SEGMENT = 100, 1000
-#: Reduce-on-plateau's defaults: the factor a cut multiplies the lr by, the segments in a row
-#: without an improvement of CONVERGED_FRACTION of the gain before a cut (Keras's patience),
+#: Reduce-on-plateau's defaults: the factor a cut multiplies the lr by, the segments of each of
+#: the plateau test's two windows and the fewest segments between two cuts (Keras's patience),
 #: and the most cuts (the lr ends at 0.5**3 = 12.5% of its start). A half, not Keras's tenth:
 #: after a cut a BNN's loss may keep drifting down at a speed set by the lr (the full-rank guide
-#: on the shipped BNN regression, cut once at step 12,000, reached 28.0 by the 50,000-step cap
+#: on the shipped BNN regression, cut once at step 12,000, reached 28.0 by step 50,000
 #: at 0.5 and 30.4 at 0.3, where 100,000 steps at lr / 3 reach 28.7); a half is still below
 #: the noise floor that flattened it, and on the other shipped models 0.3 and 0.5 end alike.
 PLATEAU_FACTOR, PLATEAU_PATIENCE, PLATEAU_CUTS = 0.5, 3, 3
@@ -92,10 +110,10 @@ PLATEAU_FACTOR, PLATEAU_PATIENCE, PLATEAU_CUTS = 0.5, 3, 3
 
 @dataclass(frozen=True)
 class Plateau:
-    """Reduce-on-plateau: when for ``patience`` segments in a row the smoothed loss has not gone
-    below its reference best (the last segment that improved) by more than CONVERGED_FRACTION of
-    everything the run gained, multiply the lr by ``factor``, at most ``max_cuts`` times; the
-    count restarts after each cut (as in Keras's ``ReduceLROnPlateau``).
+    """Reduce-on-plateau: when the loss is flat by :func:`plateau_test` (the last ``patience``
+    segments against the ``patience`` before them) and ``patience`` segments have passed since
+    the last cut, multiply the lr by ``factor``, at most ``max_cuts`` times (as Keras's
+    ``ReduceLROnPlateau`` with its ``min_delta`` set from the loss's own noise and gain).
 
     Example
     -------
@@ -189,7 +207,8 @@ class LossMonitor:
 
     def converged(self) -> bool:
         """Whether the best smoothed loss has stopped improving (see CONVERGED_FRACTION); with a
-        plateau rule: whether it has after the last cut (at the smallest lr)."""
+        plateau rule: whether the loss is flat by :func:`plateau_test` ``patience`` segments or
+        more after the last cut (at the smallest lr). Never after a divergence."""
         if self.diverged:
             return False
         if self.plateau is not None:
