@@ -86,8 +86,8 @@ def run_vi(
     the loss has converged, at least 2,000 and at most 100,000 steps; see
     :mod:`~ppl_bdl.inference.vi_monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
     (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("plateau", the
-    default with ``num_steps=None``: the lr cut by ``plateau_factor`` (0.5) after
-    ``plateau_patience`` (3) flat segments, at most ``plateau_cuts`` (3) times, the steps in
+    default with ``num_steps=None``: the lr cut by ``plateau_factor`` (0.5) where the loss is flat
+    over two windows of ``plateau_patience`` (3) segments, at most ``plateau_cuts`` (3) times, at
     ``settings["lr_cuts"]``; "constant", the default with ``num_steps``; "exponential",
     "cosine"), ``decay``, ``clip_norm``, ``init_loc`` ("median", the default: the
     coordinate-wise median of 20 prior draws, robust and not exactly symmetric, so BNN units
