@@ -324,8 +324,10 @@ class Devices(Protocol):
     "chains" (the chain axis: each device runs its own block of chains) or "data" (each step's
     minibatch, the parameters replicated). The driver hands every array a compiled loop reads
     to :meth:`place`, naming its chain and batch axes, and pads the chains to a multiple of
-    :attr:`device_count`; the backend decides the rest. A backend that cannot spread work
-    refuses a device list when it is made, saying what it supports.
+    :attr:`device_count`; the backend decides the rest. A backend that runs one stream of
+    work per process spreads chains over devices one worker process per device instead
+    (:meth:`process_devices`, :mod:`ppl_bdl.process_executor`); what it cannot spread it
+    refuses when it is made, saying what it supports.
     """
 
     #: How many devices the fit's work is spread over (1: one device).
@@ -347,6 +349,13 @@ class Devices(Protocol):
 
     def devices(self) -> list[str]:
         """The devices this backend can use here."""
+        ...
+
+    def process_devices(self, device: Any, shard: str | None = None) -> list[str] | None:
+        """Where a fit's chains over the devices ``device`` names run one worker process per
+        device: the device of each process (the names expanded and checked). None: ``device``
+        is one device, or this backend spreads the work over the devices itself (one
+        program over a device list, or ``shard="data"``)."""
         ...
 
     def set_threads(self, count: int) -> None:

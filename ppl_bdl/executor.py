@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from .errors import ConfigError, InferenceError, RunInterrupted
 from .posterior import Posterior
-from .posterior_chains import merge_chains
+from .posterior_chains import detach, merge_chains
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,21 @@ def run_group(job: ChainJob, group: list[int], bound: Any = None) -> GroupResult
     except InferenceError as err:
         return GroupResult(group, reason="error", message=str(err), partial=err.partial, error=err)
     return GroupResult(group, posterior=post)
+
+
+def run_detached(job: ChainJob, group: list[int]) -> GroupResult:
+    """A worker's run of ``group`` (a Ray task's, a worker process's): its
+    :class:`GroupResult` ready to cross to the calling process (posteriors without the model;
+    the error as an :class:`~ppl_bdl.errors.InferenceError` of its message: the original may
+    hold this process's compiled replays)."""
+    result = run_group(job, group)
+    if result.posterior is not None:
+        result.posterior = detach(result.posterior)
+    if result.partial is not None:
+        result.partial = detach(result.partial)
+    if result.error is not None:
+        result.error = InferenceError(str(result.error))
+    return result
 
 
 class InProcessExecutor:

@@ -24,11 +24,10 @@ import importlib.util
 import math
 from typing import Any
 
-from .errors import BackendError, ConfigError, InferenceError, RunInterrupted
-from .executor import ChainJob, GroupResult, check_chains_per_task, run_group, split_chains
+from .errors import BackendError, ConfigError, RunInterrupted
+from .executor import ChainJob, GroupResult, check_chains_per_task, run_detached, split_chains
 from .inference.driver import progress_bar
 from .posterior import Posterior
-from .posterior_chains import detach
 
 #: Keys of ``resources`` that are Ray's own task options; any other key is a custom resource.
 TASK_RESOURCES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
@@ -192,14 +191,7 @@ class RayExecutor:
 def run_task(bound: Any, group: list[int], options: dict, run) -> GroupResult:
     """A Ray task: fit the chains ``group`` in this worker and send back what came of it (the
     posterior, or the failure with the draws kept before it, both without the model)."""
-    result = run_group(ChainJob(bound, group, options, run), group)
-    if result.posterior is not None:
-        result.posterior = detach(result.posterior)
-    if result.partial is not None:
-        result.partial = detach(result.partial)
-    if result.error is not None:  # its partial holds this process's compiled replays
-        result.error = InferenceError(str(result.error))
-    return result
+    return run_detached(ChainJob(bound, group, options, run), group)
 
 
 def _result(ray, ref, group: list[int], retries: int) -> GroupResult:

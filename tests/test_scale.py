@@ -7,8 +7,10 @@ over the devices draw what they draw on one device, for every kernel and guide, 
 of chains the devices do not divide; ``shard="data"`` steps match the unsplit steps to float
 tolerance. The split program itself is checked: a chunk with chains split over the devices has
 no cross-device communication at all (each device runs its own chains), and a data-split one has
-the reduction XLA inserted. Torch refuses a device list, saying what it supports. VI's
-``num_chains``: independent fits side by side, the first the one fit of the same seed.
+the reduction XLA inserted. Ensembles' members split like chains. Torch spreads chains over a
+device list one worker process per device (the CPU listed twice here), drawing what one
+process draws, bit for bit. VI's ``num_chains``: independent fits side by side, the first the
+one fit of the same seed.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def _env(count: int) -> dict:
 
 
 def _virtual(names, device="cpu:*", shard=None, count=4) -> dict:
-    """``scale_fits.run(names, device, shard)`` on ``count`` virtual CPU devices."""
+    """``scale_fits.run(names, device, shard)`` on ``count`` virtual CPU devices (``device``
+    "cpu:0,cpu:1": the list of those two)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.npz"
         cmd = [sys.executable, str(HERE / "scale_fits.py"), str(out), device, shard or "-", *names]
@@ -68,8 +71,8 @@ def _script(code: str, count: int = 4) -> str:
     return proc.stdout
 
 
-def _compare(names, device="cpu:*", shard=None):
-    split = _virtual(names, device, shard)
+def _compare(names, device="cpu:*", shard=None, count=4):
+    split = _virtual(names, device, shard, count)
     one = scale_fits.run(names)
     assert sorted(split) == sorted(one)
     for key, value in one.items():
@@ -87,7 +90,22 @@ def test_chains_split_over_devices_draw_what_one_device_draws():
     _compare(["sgld"])
 
 
-CHAIN_FITS = [n for n in scale_fits.FITS if "data" not in n and n != "sgld"]
+CHAIN_FITS = [
+    n for n in scale_fits.FITS if "data" not in n and n != "sgld" and not n.startswith("ensemble")
+]
+
+
+def test_ensemble_members_split_over_devices_are_the_members_of_one_device():
+    """Five members of a plain and of an anchored ensemble on four devices (padded to eight,
+    as chains are): each member's position and its losses at every step are those of one
+    device."""
+    _compare(["ensemble", "ensemble_anchored"])
+
+
+def test_an_explicit_device_list_splits_chains_and_data():
+    """device=["cpu:0", "cpu:1"] (two of four virtual devices): five SGLD chains split over
+    them, and one chain's minibatches split over them (shard="data"), as on one device."""
+    _compare(["sgld", "sgld_data"], device="cpu:0,cpu:1", shard="auto")
 
 
 @pytest.mark.slow
@@ -245,19 +263,37 @@ def test_a_list_of_one_device_runs_the_split_program_with_the_same_draws():
 
 
 # -- torch ---------------------------------------------------------------------------------------
-def test_torch_runs_one_device_and_says_what_spreads_work():
+def test_torch_chains_over_two_processes_draw_what_one_process_draws():
+    """device=["cpu", "cpu"] on torch: five SGLD chains in two worker processes (chains [0, 1,
+    2] and [3, 4], one process per device), merged: bit for bit the draws of one process
+    (torch runs chains one after another; a chain's draws depend on its seed and number)."""
     pytest.importorskip("torch")
+    one = scale_fits.run(["sgld"], backend="pyro")
+    two = scale_fits.run(["sgld"], device=["cpu", "cpu"], backend="pyro")
+    np.testing.assert_array_equal(two["sgld"], one["sgld"])
+
+
+def test_what_torch_does_not_spread_over_devices_is_a_clear_error():
+    """A list of one device is that device; "cpu:*" is the CPU once (torch has one CPU
+    device); VI's fits are not spread over devices (refused, naming what is); no CUDA here."""
+    torch = pytest.importorskip("torch")
     bound = scale_fits.regression(*scale_fits.data())
     options = dict(backend="pyro", method="sgld", step_size=1e-3, batch_size=8, num_warmup=5,
                    num_samples=5, num_chains=2, progress=False)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        post = bdl.fit(bound, device=["cpu"], **options)  # a list of one device: that device
-    assert post.samples["w"].shape == (2, 5, 2)
-    for device, shard in ((["cpu", "cpu"], None), ("cuda:*", None)):  # data: test_scale_torch
-        with pytest.raises(bdl.BackendError, match="one device") as info:
-            bdl.fit(bound, device=device, shard=shard, **options)
-        assert "chain_ids" in str(info.value) and "numpyro" in str(info.value)
+        for device in (["cpu"], "cpu:*"):
+            post = bdl.fit(bound, device=device, **options)
+            assert post.samples["w"].shape == (2, 5, 2) and post.settings["device"] == "cpu"
+    with pytest.raises(bdl.BackendError, match="VI's num_chains fits") as info:
+        bdl.fit(bound, backend="pyro", method="vi", num_steps=5, device=["cpu", "cpu"],
+                progress=False)  # fmt: skip
+    assert "one worker process per device" in str(info.value)
+    with pytest.raises(bdl.ConfigError, match="one worker process per device"):
+        bdl.fit(bound, device=["cpu", "cpu"], executor="ray", **options)
+    if not torch.cuda.is_available():
+        with pytest.raises(bdl.BackendError, match="finds no 'cuda' devices"):
+            bdl.fit(bound, device="cuda:*", **options)
 
 
 # -- VI: num_chains independent fits -------------------------------------------------------------
@@ -302,7 +338,7 @@ def test_each_vi_fit_cuts_its_own_lr_on_its_plateau(backend):
     per-fit scale of the run's rates), so the first fit cuts where the one fit of the same seed
     cuts and draws what it draws, and the second cuts at its own steps."""
     options = dict(backend=backend, method="vi", num_steps=800, lr=0.05, batch_size=20,
-                   num_samples=100, progress=False, schedule="plateau", plateau_patience=1)
+                   num_samples=100, progress=False, schedule="plateau", plateau_patience=1)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         one = bdl.fit(mean_model(Y), **options)
