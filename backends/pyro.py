@@ -379,6 +379,9 @@ class PyroBackend(BackendBase):
         ``shard="data"`` (one ``torch.distributed`` process per device, started by the user)."""
         if device is None or shard == "data":
             return None
+        names = device_names(device, "pyro")
+        if len(names) == 1 and not names[0].endswith(":*"):
+            return None  # one device, checked when the fit makes its backend
         names = chain_devices(device)
         return names if len(names) > 1 else None
 
