@@ -8,7 +8,9 @@ gives the format and the published numbers). The protocol, per split:
 1. inputs and target standardised with the training split's mean and sd (a constant input
    column gets sd 1);
 2. a model fitted on the standardised training split (default: :func:`uci_model`, one hidden
-   layer of ``n_hidden`` ReLU units, 50 or 100 as the set's folder says, a learned noise scale);
+   layer of ``n_hidden`` ReLU units, 50 or 100 as the set's folder says, a learned noise scale:
+   by default the network's scale output, an input-dependent scale, as the published networks
+   have; one scale for all inputs, ``noise="halfnormal"``, misses yacht: docs/ensembles.md);
 3. the test split scored by the posterior predictive, a mixture over the posterior's draws (an
    ensemble's members): RMSE of the predictive mean and the mean log predictive density,
    both in the target's original units (log p(y) = log p(z) − log sd_y for z = (y − mean_y)/sd_y);

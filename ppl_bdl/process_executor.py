@@ -30,8 +30,7 @@ the terminal's SIGINT: this process ends them) and raises the same error with wh
 Example
 -------
 >>> import ppl_bdl as bdl
->>> from ppl_bdl.process_executor import DeviceExecutor
->>> DeviceExecutor(["cpu", "cpu"])
+>>> bdl.DeviceExecutor(["cpu", "cpu"])
 DeviceExecutor(devices=['cpu', 'cpu'], max_retries=0)
 """
 
@@ -59,9 +58,10 @@ STDERR_LINES = 12
 
 
 class DeviceExecutor:
-    """Runs a fit's chains in one worker process per device: ``devices[i]`` runs the i-th
-    group of chains (``fit`` makes one by itself for a backend that runs one device per
-    process; pass one to choose ``max_retries``).
+    """Runs a fit's chains (an ensemble's members) in one worker process per device:
+    ``devices[i]`` runs the i-th group of chains (``fit`` makes one by itself for a backend
+    that runs one device per process; pass one, ``fit(..., executor=bdl.DeviceExecutor([...],
+    max_retries=2))`` without ``device``, to choose ``max_retries``, or on any backend).
 
     Parameters
     ----------
@@ -74,8 +74,7 @@ class DeviceExecutor:
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> from ppl_bdl.process_executor import DeviceExecutor
-    >>> DeviceExecutor(["cuda:0", "cuda:1"], max_retries=1).devices
+    >>> bdl.DeviceExecutor(["cuda:0", "cuda:1"], max_retries=1).devices
     ['cuda:0', 'cuda:1']
     """
 

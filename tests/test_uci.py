@@ -83,7 +83,14 @@ def test_missing_or_unknown_data_is_a_clear_error(tmp_path):
 def test_deep_ensembles_reproduce_the_published_log_likelihood(shared_data, backend, name):
     """The protocol of issue 20 (5 members, 40 epochs, a learned noise scale) on the first 5 of
     the 20 splits: the mean test log-likelihood is within the published ± of the deep-ensemble
-    number (Lakshminarayanan et al. 2017, Table 1). benchmarks/uci_ensembles.py runs all 20."""
+    number (Lakshminarayanan et al. 2017, Table 1). benchmarks/uci_ensembles.py runs all 20.
+
+    The noise scale learned here is the network's scale output (``uci_model``'s default,
+    noise="heteroscedastic": an input-dependent scale, as the published networks have). The
+    issue's reading, one learned noise scale for all inputs (``noise="halfnormal"``), matches
+    on boston and concrete but misses yacht, whose residuals are far from homoscedastic: −1.58
+    ± 0.03 over 20 splits against the published −1.18 ± 0.21 (docs/benchmarks.md, UCI
+    regression), so it is not what this test checks."""
     result = uci.run_uci(name, uci.deep_ensemble_options(), splits=range(5), backend=backend,
                          root=shared_data / "uci")  # fmt: skip
     value, pm = uci.PUBLISHED_DEEP_ENSEMBLES[name]["log_likelihood"]
