@@ -34,14 +34,12 @@ Virtual CPU devices share the machine's cores: on a machine with fewer cores tha
 scaling numbers measure how the split program shares them (its overhead, the padding, XLA's
 thread pool), not what separate devices give; the overhead on one device is meaningful anywhere.
 
-``--ray numpyro`` (or ``pyro``): local Ray workers instead of devices. Whole ``bdl.fit`` calls
-(SGHMC: 5 kept draws per chain, thinned; the ensemble: ``num_steps``), run in this process and
-as 1 and 2 Ray tasks (``RayExecutor(chains_per_task=...)``) on ``ray.init(num_cpus=2)``, each
-at a short and a long number of steps: per-step time = the difference over the difference in
-steps (the fit's set-up, compilation in each task, Ray's dispatch and the merge cancel). The
-CPU clock is that of this process and every process under it (Ray's workers, from /proc, as
-:mod:`ray_workers` measures): in all (the work), and on the critical path (this process plus
-the busiest worker: the wall time with a free core per worker).
+``--ray numpyro`` (or ``pyro``): local Ray workers instead of devices (``ray.init(num_cpus=2)``,
+workers at niceness 0). Each worker runs the same loop as above as a Ray task (one CPU each),
+set up and timed in the worker, for its share of the chains; 1 worker runs them all, 2 workers
+half each, side by side, and their rates add up. The loop in this process is the reference.
+A fit's fixed costs on Ray (starting Ray, a task's set-up and compilation, sending the data and
+the draws back) are not in these rates: :mod:`ray_workers` measures them on whole fits.
 
 Usage::
 
@@ -66,7 +64,6 @@ import os
 import subprocess
 import sys
 import time
-import warnings
 
 import anchors
 import numpy as np
@@ -81,8 +78,6 @@ from ppl_bdl.optim import unit_schedule
 
 #: Steps of the short and the long run per size (a few seconds per variant on two cores).
 LENGTHS = {"8-50-1": (1_000, 5_000), "784-100-10": (50, 250), "784-200-200-10": (20, 100)}
-#: The same for whole fits on Ray (each fit compiles: longer runs for the difference to show).
-RAY_LENGTHS = {"8-50-1": (1_000, 5_000), "784-100-10": (50, 300), "784-200-200-10": (20, 120)}
 KEPT = 5
 #: The ensemble members' Adam learning rate (the cost of a step does not depend on it).
 ENSEMBLE_LR = 1e-3
@@ -328,84 +323,52 @@ def report(rates: dict, args) -> None:
 
 
 # -- local Ray workers ---------------------------------------------------------------------------
-def ray_fit(bound, backend: str, method: str, chains: int, steps: int, size, executor=None):
-    """One whole ``bdl.fit`` of ``steps`` steps per chain (member); its wall seconds and CPU
-    seconds (in all, on the critical path) of this process and every process under it."""
-    from ray_workers import _cpu_seconds
-
-    import ppl_bdl as bdl
-
-    if method == "sghmc":
-        options = dict(method="sghmc", num_warmup=0, num_samples=KEPT, thinning=steps // KEPT,
-                       num_chains=chains, step_size=size.sgld_step, batch_size=size.batch,
-                       momentum_decay=anchors.SGHMC_DECAY)  # fmt: skip
-    else:
-        options = dict(method="ensemble", num_members=chains, num_steps=steps,
-                       batch_size=size.batch, lr=ENSEMBLE_LR)  # fmt: skip
-    before, wall = _cpu_seconds(), time.perf_counter()
-    with warnings.catch_warnings():  # short fits: the checks after them complain
-        warnings.simplefilter("ignore")
-        bdl.fit(bound, backend=backend, seed=0, progress=False, log_likelihood=False,
-                executor=executor, **options)  # fmt: skip
-    wall = time.perf_counter() - wall
-    used = {pid: sec - before.get(pid, 0.0) for pid, sec in _cpu_seconds().items()}
-    here = used.pop(os.getpid())
-    return wall, here + sum(used.values()), here + max(used.values(), default=0.0)
+def task_rates(name: str, method: str, chains: int, repeats: int, backend: str) -> dict:
+    """What a Ray task measures (or this process, for the in-process row): the loop of
+    ``method`` for ``chains`` chains set up here, then its draws per second (wall, and this
+    process's CPU time) as :func:`per_step` times them."""
+    size = anchors.SIZES[name]
+    run = loop(size, anchors.make_data(size), "cpu", chains, method, backend)
+    seconds = per_step({"run": run}, repeats, LENGTHS[name])
+    return {c: chains / s for (_, c), s in seconds.items()}
 
 
 def ray_mode(args) -> None:
-    """Whole fits in this process and as 1 and 2 local Ray tasks: per-step rates."""
+    """The loops in this process and in 1 and 2 local Ray workers (tasks run side by side)."""
     os.environ.setdefault("RAY_worker_niceness", "0")  # as benchmarks/ray_workers.py
     import ray
 
-    import ppl_bdl as bdl
-
-    ray.cloudpickle.register_pickle_by_value(anchors)  # the model: a closure over a Size
-    size = anchors.SIZES[args.size]
-    bound = anchors.model(size)(*anchors.make_data(size))
+    ray.cloudpickle.register_pickle_by_value(anchors)  # benchmarks/ is not importable there
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    short, long = RAY_LENGTHS[args.size]
+    task = ray.remote(task_rates).options(num_cpus=1)
     per, total = args.per_device, args.total
-    # (label, workers, chains): weak = per-device chains per worker, strong = total chains
-    variants = [("in process", 0, per), ("in process", 0, total), ("Ray", 1, per),
-                ("Ray", 1, total), ("Ray", 2, 2 * per), ("Ray", 2, total)]  # fmt: skip
-    variants = list(dict.fromkeys(variants))
-    print(f"{args.ray}, {args.size} (B = {size.batch}), {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()}; whole fits at {short} and {long} steps per chain, best of "
-          f"{args.repeats}: draws (chain-steps, member steps) per second")  # fmt: skip
+    print(f"{args.ray}, {args.size} (B = {anchors.SIZES[args.size].batch}), {os.cpu_count()} "
+          f"cores, load average {os.getloadavg()}: draws (chain-steps, member steps) per "
+          "second of each loop, set up once in its process (this one, or a Ray worker's); "
+          "several workers: the sum of their rates (their tasks run side by side)")  # fmt: skip
     for method in ("sghmc", "ensemble"):
-        best = {}
-        for _ in range(args.repeats + 1):  # the first round warms the workers up, untimed
-            for label, workers, chains in variants:
-                executor = None
-                if workers:
-                    executor = bdl.RayExecutor(chains_per_task=-(-chains // workers))
-                for steps in (short, long):
-                    got = ray_fit(bound, args.ray, method, chains, steps, size, executor)
-                    if _ == 0:
-                        continue
-                    key = (label, workers, chains, steps)
-                    best[key] = tuple(map(min, zip(best.get(key, got), got, strict=True)))
-        print(f"\n{method}: {'variant':>22} {'chains':>7} {'wall/s':>8} {'cpu/s (all)':>12} "
-              f"{'cpu/s (critical path)':>22}")  # fmt: skip
         rates = {}
-        for label, workers, chains in variants:
-            a, b = best[label, workers, chains, short], best[label, workers, chains, long]
-            rate = [chains * (long - short) / (y - x) for x, y in zip(a, b, strict=True)]
-            rates[label, workers, chains] = rate
-            name = label if not workers else f"Ray, {workers} worker{'s' * (workers > 1)}"
-            print(f"{'':>9}{name:>22} {chains:>7} {rate[0]:>8.1f} {rate[1]:>12.1f} "
-                  f"{rate[2]:>22.1f}")  # fmt: skip
-        one_w, one_s = rates["Ray", 1, per], rates["Ray", 1, total]
-        two_w, two_s = rates["Ray", 2, 2 * per], rates["Ray", 2, total]
-        for clock, i in (("wall", 0), ("critical path", 2)):
-            print(f"{'':>9}[{clock}] 2 workers: weak efficiency {two_w[i] / (2 * one_w[i]):.2f}"
-                  f", strong speed-up {two_s[i] / one_s[i]:.2f} (efficiency "
-                  f"{two_s[i] / one_s[i] / 2:.2f}); work (cpu, all) vs 1 worker: weak "
-                  f"{two_w[1] / one_w[1]:.2f}, strong {two_s[1] / one_s[1]:.2f}")  # fmt: skip
-        here = rates["in process", 0, total]
-        print(f"{'':>9}1 Ray worker vs in process ({total} chains), work: "
-              f"{one_s[1] / here[1]:.2f}")  # fmt: skip
+        for chains in dict.fromkeys((per, total)):
+            rates["in process", chains] = task_rates(args.size, method, chains, args.repeats,
+                                                     args.ray)  # fmt: skip
+        for workers, chains in dict.fromkeys(((1, per), (1, total), (2, 2 * per), (2, total))):
+            shares = [len(g) for g in np.array_split(np.arange(chains), workers)]
+            got = ray.get([task.remote(args.size, method, n, args.repeats, args.ray)
+                           for n in shares])  # fmt: skip
+            rates[f"Ray, {workers} worker{'s' * (workers > 1)}", chains] = {
+                c: sum(r[c] for r in got) for c in ("wall", "cpu")
+            }
+        print(f"\n{method}: {'variant':>16} {'chains':>7} {'wall/s':>8} {'cpu/s':>8}")
+        for (label, chains), r in rates.items():
+            print(f"{'':>9}{label:>16} {chains:>7} {r['wall']:>8.1f} {r['cpu']:>8.1f}")
+        one_w, one_s = rates["Ray, 1 worker", per], rates["Ray, 1 worker", total]
+        two_w, two_s = rates["Ray, 2 workers", 2 * per], rates["Ray, 2 workers", total]
+        for clock in ("wall", "cpu"):
+            print(f"{'':>9}[{clock}] 2 workers against 1: weak efficiency "
+                  f"{two_w[clock] / (2 * one_w[clock]):.2f}, strong speed-up "
+                  f"{two_s[clock] / one_s[clock]:.2f} (efficiency "
+                  f"{two_s[clock] / one_s[clock] / 2:.2f}); 1 worker against this process "
+                  f"({total} chains): {one_s[clock] / rates['in process', total][clock]:.2f}")  # fmt: skip
     ray.shutdown()
 
 

@@ -71,6 +71,11 @@ class DeviceExecutor:
     max_retries : int
         How many times a group whose worker process died is started again (default 0).
 
+    Each worker is a process of its own on its device. On JAX's GPUs (the NumPyro backend
+    spreads chains over a device list in one program, without workers; a DeviceExecutor given
+    explicitly runs them anyway) set ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` in the
+    environment first: a JAX process takes most of every visible GPU's memory when it starts.
+
     Example
     -------
     >>> import ppl_bdl as bdl
