@@ -31,6 +31,7 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -121,6 +122,16 @@ def run_group(job: ChainJob, group: list[int], bound: Any = None) -> GroupResult
     except InferenceError as err:
         return GroupResult(group, reason="error", message=str(err), partial=err.partial, error=err)
     return GroupResult(group, posterior=post)
+
+
+def portable_options(options: dict) -> dict:
+    """A job's options as another process gets them: a posterior given as ``init`` without its
+    model and pointwise log-likelihood (its draws are what ``init`` reads; the rest holds this
+    process's compiled replays)."""
+    if isinstance(options.get("init"), Posterior):
+        init = dataclasses.replace(options["init"], model=None, log_likelihood={})
+        return {**options, "init": init}
+    return options
 
 
 def run_detached(job: ChainJob, group: list[int]) -> GroupResult:

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from . import backends
 from .errors import ConfigError, InferenceError
-from .executor import ChainJob, GroupResult, run_detached, split_chains
+from .executor import ChainJob, GroupResult, portable_options, run_detached, split_chains
 from .inference.driver import progress_bar
 
 #: Seconds between checks for finished workers (Ctrl-C is seen between them).
@@ -110,6 +110,7 @@ class DeviceExecutor:
         with tempfile.TemporaryDirectory(prefix="ppl_bdl_workers_") as tmp:
             folder = Path(tmp)
             (folder / "path.pkl").write_bytes(pickle.dumps(list(sys.path)))
+            job = dataclasses.replace(job, options=portable_options(job.options))
             (folder / "job.pkl").write_bytes(_dumps(job))
             workers = [
                 _Worker(folder, i, group, self.devices[i], threads)

@@ -19,15 +19,20 @@ naming the groups that did not finish, with the chains that did in ``error.parti
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 from typing import Any
 
 from .errors import BackendError, ConfigError, RunInterrupted
-from .executor import ChainJob, GroupResult, check_chains_per_task, run_detached, split_chains
+from .executor import (
+    ChainJob,
+    GroupResult,
+    check_chains_per_task,
+    portable_options,
+    run_detached,
+    split_chains,
+)  # fmt: skip
 from .inference.driver import progress_bar
-from .posterior import Posterior
 
 #: Keys of ``resources`` that are Ray's own task options; any other key is a custom resource.
 TASK_RESOURCES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
@@ -138,9 +143,7 @@ class RayExecutor:
             )
         if device is None and gpus:
             options["device"] = "cuda"
-        if isinstance(options.get("init"), Posterior):
-            options["init"] = dataclasses.replace(options["init"], model=None, log_likelihood={})
-        return options
+        return portable_options(options)
 
     def _slots(self, ray) -> int:
         """How many tasks with ``resources`` the cluster can run at once."""
