@@ -99,7 +99,8 @@ def fit(
         changed). The posterior's arrays come back as NumPy. Several devices: a list,
         ``["cuda:0", "cuda:1"]``, or every device of a kind, ``"cuda:*"``; the work is split
         over them as ``shard`` says, and the draws are those of one device (docs/scale.md;
-        Pyro: ``shard="data"`` only, one ``torch.distributed`` process per device).
+        Pyro: chains and ensemble members in one worker process per device, each step's data
+        in one ``torch.distributed`` process per device).
     shard : "chains" | "data", optional
         What is split over several devices: "chains" (the default: each device runs its share
         of the chains) or "data" (each step's minibatch, for one chain or a few; needs
@@ -127,7 +128,8 @@ def fit(
         side by side: XLA may round a vectorised program over 2 chains otherwise than one over
         4), and the posterior holds them in this order.
     executor : "ray" | Executor, optional
-        MCMC only: where the chains run. None (default): here, in this process. An executor
+        MCMC and ensembles: where the chains (members) run. None (default): here, in this
+        process (on Pyro with several devices: one worker process per device). An executor
         runs them in groups, each group ``fit(..., chain_ids=group)``, and merges the groups'
         posteriors into the one this process would give with the same seed (the checks below
         run once, on the merged chains): ``bdl.RayExecutor(address=..., resources=...,
