@@ -38,6 +38,8 @@ thread pool), not what separate devices give; the overhead on one device is mean
 workers at niceness 0). Each worker runs the same loop as above as a Ray task (one CPU each),
 set up and timed in the worker, for its share of the chains; 1 worker runs them all, 2 workers
 half each, side by side, and their rates add up. The loop in this process is the reference.
+Every process runs one intra-op thread (torch; XLA keeps its own thread pool), as Ray gives a
+task with ``num_cpus=1``.
 A fit's fixed costs on Ray (starting Ray, a task's set-up and compilation, sending the data and
 the draws back) are not in these rates: :mod:`ray_workers` measures them on whole fits.
 
@@ -327,6 +329,11 @@ def task_rates(name: str, method: str, chains: int, repeats: int, backend: str) 
     """What a Ray task measures (or this process, for the in-process row): the loop of
     ``method`` for ``chains`` chains set up here, then its draws per second (wall, and this
     process's CPU time) as :func:`per_step` times them."""
+    import ppl_bdl as bdl
+
+    # One intra-op thread, what Ray gives a task with num_cpus=1 (OMP_NUM_THREADS=1), in this
+    # process too: torch's second thread on a loaded 2-core machine cost 15x (docs/benchmarks.md)
+    bdl.backends.get(backend).set_threads(1)
     size = anchors.SIZES[name]
     run = loop(size, anchors.make_data(size), "cpu", chains, method, backend)
     seconds = per_step({"run": run}, repeats, LENGTHS[name])
