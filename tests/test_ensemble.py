@@ -106,9 +106,8 @@ def test_a_plain_ensemble_of_a_convex_model_collapses_onto_the_map(backend):
     np.testing.assert_allclose(ens.samples["w"][:, 0], np.tile(mean, (3, 1)), atol=2e-3)
 
 
-@pytest.mark.parametrize(
-    "backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)]  # numpyro: 3 compiles
-)
+#: numpyro: three compilations (the whole ensemble, then each group), under -m slow
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)])
 def test_members_run_as_an_executors_groups_merge_into_the_ensemble(backend):
     """Three members in groups of two and one (InProcessExecutor: the merge every executor's
     groups go through): the members' positions, losses at every step, sample stats, settings
