@@ -27,6 +27,7 @@ from ..errors import BackendError, DataError
 from . import _numpyro_dists as _dists
 from ._jax_loop import compile_loop
 from ._jax_math import make_math
+from ._jax_random import fold_in
 from ._jax_shard import Placement
 from ._optax_optimizer import build_optimizer
 from .base import SHARD_MODES, BackendBase, NativeSettings, device_names, parse_device
@@ -51,7 +52,7 @@ class _Random:
         return jax.random.split(key, num)
 
     def fold_in(self, key, step):
-        return jax.random.fold_in(key, step)
+        return fold_in(key, step)
 
     def normal(self, key, shape):
         return jax.random.normal(key, tuple(shape), dtype=self._be.float_dtype)

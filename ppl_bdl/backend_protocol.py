@@ -63,7 +63,7 @@ class Transition(NamedTuple):
     where ``batch`` is a :class:`Batch` and ``rate`` the step's scheduled rate (an SG-MCMC step
     size, a VI learning rate; unused by NUTS/HMC), computed by the driver ahead of the loop;
     ``emit(state)``, what a kept step keeps (the position; nothing for VI). ``info`` is a dict
-    of arrays: a step whose info holds a non-finite float has failed.
+    of arrays: a step whose info or new state holds a non-finite float has failed.
     """
 
     init: Callable[[Key, Array, Any], PyTree]
@@ -79,7 +79,7 @@ class LoopResult(NamedTuple):
     failed step, stacked (NumPy; leading axis steps), or, from a runner called with
     ``trace=False``, the kept steps' infos only. ``rows``: ``emit(state)`` after each kept
     step before the failure, stacked (NumPy; leading axis kept rows). ``failed_at``: the index
-    of the first step whose info was not finite, or -1; ``failed_info``: that step's info (NumPy),
+    of the first step whose info or new state was not finite, or -1; ``failed_info``: that step's info (NumPy),
     else None.
     """
 
@@ -253,9 +253,11 @@ class Autodiff(Protocol):
         compiled length, ``num_rows``, ``trace`` and input shapes, so a shorter last chunk
         reuses the program. ``trace``: every step's info comes back, else the kept steps' only. ``data``
         is passed to every step unchanged (never baked into the compiled program). The runner
-        stops at the first step whose info holds a non-finite float and returns the state from
-        before that step (:class:`LoopResult`): how it gets there (a gated step, or a re-run of
-        the chunk from its start) is the backend's business, never the driver's.
+        stops at the first step whose info or new state holds a non-finite float and returns
+        the state from before that step (:class:`LoopResult`): how it gets there (a gated step,
+        or a re-run of the chunk from its start; between kept steps of a ``trace=False`` run it
+        may check the state alone, whose infos nobody reads) is the backend's business, never
+        the driver's.
         """
         ...
 

@@ -15,6 +15,7 @@ from ppl_bdl.diagnostics import ConvergenceWarning
 from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference import driver
 from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition, resolve_anchors
+from ppl_bdl.inference.group_run import chunk_inputs
 from ppl_bdl.inference.minibatch import EpochBatches
 from ppl_bdl.inference.setup import minibatch_plate, prepare
 from ppl_bdl.models import bnn, regression
@@ -205,7 +206,8 @@ def test_the_anchored_step_has_no_per_step_gate():
     step (tests/test_loop_ops.py's guard for SG-MCMC): a non-finite step is the loop's to drop,
     and the anchored term adds arithmetic only."""
     pytest.importorskip("jax")
-    from ppl_bdl.backends._jax_loop import float_gates  # imports jax
+    from ppl_bdl.backends._jax_loop import chunk_header  # imports jax
+    from ppl_bdl.backends._jax_ops import float_gates
 
     X, y = _linear_data()
     setup = prepare(regression.linear_regression_known_noise(X, y), "numpyro", "float32", 0)
@@ -217,9 +219,9 @@ def test_the_anchored_step_has_no_per_step_gate():
     runner = be.compile_loop(driver._loop_step(be, transition, False, unit), transition.emit)
     with be.scope(), be.activate():
         state = transition.init(be.random.key(0), be.asarray(np.zeros(setup.layout.dim)), data)
-        xs = driver._inputs(be, steps, steps, [EpochBatches(10, 5, 0)], False)
+        xs = chunk_inputs(be, steps, steps, [EpochBatches(10, 5, 0)], False)
         inputs = (data, be.asarray(0.1), be.random.key(1))
-        header = np.full(4, steps, np.int32)
+        header = chunk_header(np.zeros(steps, bool), steps, 0, 1)
         lowered = runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=1,
                                     trace=True)  # fmt: skip
     assert float_gates(lowered.as_text()) == 0

@@ -169,11 +169,8 @@ for on_cpu in (True, False):
         np.testing.assert_allclose(b.infos["v"], a.infos["v"], atol=1e-5)
     assert len(b.state["s"].sharding.device_set) == 4  # the chains stayed split
     program = split.split[False]
-    header = np.full(9 if on_cpu else 2, 30, np.int32)
-    header[1] = 0
-    if on_cpu:
-        header[2:8] = np.flatnonzero(keep) + 1
-    from ppl_bdl.backends._jax_loop import _specs
+    from ppl_bdl.backends._jax_loop import _specs, chunk_header
+    header = chunk_header(keep, 30, 0, 6, on_cpu)
     specs = (_specs(placed[1]), _specs(placed[2]))
     text = program.lower(*placed, header, keep, length=L, num_rows=6,
                          specs=specs).compile().as_text()
@@ -186,9 +183,8 @@ placed = (batch.place(state, 0, None),
           batch.place(data, None, None))
 a, b = one(state, xs, data, keep, 20, 0, 6), one(*placed, keep, 20, 0, 6)
 np.testing.assert_allclose(np.asarray(b.state["s"]), np.asarray(a.state["s"]), atol=1e-6)
-header = np.full(9, 20, np.int32)
-header[1] = 0
-header[2:6] = np.flatnonzero(keep[:20]) + 1
+from ppl_bdl.backends._jax_loop import chunk_header
+header = chunk_header(keep, 20, 0, 6)
 text = one.fast.lower(*placed, header, length=L, num_rows=6, trace=True)
 print("data", sorted(set(re.findall(collective, text.compile().as_text()))))
 """
