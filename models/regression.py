@@ -156,7 +156,7 @@ def load_diabetes(scaled: str | None = "standard") -> tuple[np.ndarray, np.ndarr
     -------
     >>> from ppl_bdl.models.regression import load_diabetes
     >>> X, y = load_diabetes()
-    >>> X.shape, y.shape, round(float(X[:, 2].std()), 6), round(float(y.mean()), 6)
+    >>> X.shape, y.shape, round(float(X[:, 2].std()), 6), abs(round(float(y.mean()), 6))
     ((442, 10), (442,), 1.0, 0.0)
     >>> round(float(load_diabetes(scaled=None)[1][0]), 1)   # the first patient's target
     151.0
