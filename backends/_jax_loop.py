@@ -1,18 +1,23 @@
 """The NumPyro backend's compiled loop over a chunk of steps: one ``jax.jit`` per fit.
 
 The body is the core's step; around it the loop does only what a hand-written ``lax.scan``
-does (a counter, each step's info stored) plus an ``&`` of each step's "info is finite" into one
-flag, and ``emit(state)`` written at kept steps. The program compiles once per fit (the chunk's
-length, the number of kept rows and the shapes are static; how many steps run is a traced
-count), so warmup, sampling and a shorter last chunk share it. Its shape depends on the device:
+does (a counter, the kept steps' draws written) plus an ``&`` of each step's "finite" into one
+flag. The program compiles once per fit (the chunk's length, the number of kept rows and the
+shapes are static; how many steps run is a traced count), so warmup, sampling and a shorter
+last chunk share it. Its shape depends on the device:
 
 - **CPU**: the steps run ungated, and nothing in a step branches on its result (XLA's CPU
   runtime moved a loop body whose kernels wait on a per-step scalar onto its thread pool, which
-  cost up to half a toy step: docs/benchmarks.md). Kept rows cost nothing per step: the loop is
-  a loop over segments, each "run the steps up to the next kept one (an inner loop), then write
-  ``emit(state)`` into the next row". When a chunk comes back with its flag down, the runner
-  runs that chunk again from its start with the gated loop below, which stops at the failed
-  step with the state before it (the chunk's arrays are never changed in place).
+  cost up to half a toy step: docs/benchmarks.md). The loop is a loop over segments, each "run
+  the steps up to the next kept one (an inner loop), then the kept step, and write its
+  ``emit(state)`` and info into the next row". The steps between kept ones run **lean**: their
+  infos are never read (unless the caller asked for every step's, ``trace=True``), so XLA drops
+  what only an info needs (a potential computed only to be checked, a gradient's norm), and
+  their finite flag is that of the new state; a kept step runs whole, its info and its new
+  state both checked. When a chunk comes back with its flag down, the runner runs that chunk
+  again from its start with the gated loop below, which checks every step's info and new
+  state and stops at the first failed step with the state before it (the chunk's arrays are
+  never changed in place).
 - **GPU**: the gated loop: a ``lax.scan`` of known length (a loop whose trip count is data
   makes the host wait for the device every step), each update kept only while no step has
   failed (a select, which fuses into the update's own kernel).
@@ -43,7 +48,6 @@ Example
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 import jax
@@ -97,13 +101,7 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
         mask[steps:] = False
         per_device = bool(split) and _split_chains(state)
         if on_cpu or per_device:
-            # One small array of what changes per chunk: the step count, the first step's
-            # number and (CPU) where each segment ends (the step after each kept one, then
-            # the end).
-            header = np.full(num_rows + 3 if on_cpu else 2, steps, np.int32)
-            header[1] = first
-            if on_cpu:
-                header[2 : 2 + kept] = np.flatnonzero(real) + 1
+            header = chunk_header(mask, steps, first, num_rows, on_cpu)
             if per_device:
                 out = split[trace](state, xs, data, header, mask, length=len(keep),
                                    num_rows=num_rows, specs=(_specs(xs), _specs(data)))  # fmt: skip
@@ -128,6 +126,22 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
 
     runner.fast, runner.gated, runner.split = fast, gated, split
     return runner
+
+
+def chunk_header(keep, steps: int, first: int, num_rows: int, on_cpu: bool = True) -> np.ndarray:
+    """The one small array of what changes per chunk: the step count and the first step's
+    number, then (the CPU's segments) the number of kept steps and the index of each.
+
+    >>> chunk_header(np.array([0, 1, 0, 1], bool), 4, 10, 3).tolist()
+    [4, 10, 2, 1, 3, 4, 4]
+    """
+    keep = np.asarray(keep, bool)[:steps]
+    header = np.full(num_rows + 4 if on_cpu else 2, steps, np.int32)
+    header[1] = first
+    if on_cpu:
+        header[2] = keep.sum()
+        header[3 : 3 + header[2]] = np.flatnonzero(keep)
+    return header
 
 
 def _split_chains(state) -> bool:
@@ -169,39 +183,46 @@ def _specs(tree) -> tuple:
     return treedef, specs
 
 
-def _segment_run(step, emit, flags=None):
+def _segment_run(step, emit, flag=None):
     """The CPU shape: segments of steps, each ending at a kept step (see the module docstring).
-    ``header``: the step count, the first step's number, then where each segment ends (the
-    step after the r-th kept one; the chunk's end after the last). ``trace``: every step's info
-    is stored, else the kept steps' only (written with the rows). ``flags``: the finite flag
-    of an info (default one for the step: :func:`_finite`; per chain: :func:`_flags`)."""
-    flags = flags or _finite
+    ``header``: the step count, the first step's number, the number of kept steps, then the
+    index of each kept step. ``trace``: every step's info is stored (each step runs whole);
+    else only the kept steps' infos are, and the steps between them run lean: their infos are
+    never read, so XLA drops what only the info needs (the potential, a gradient's norm), and
+    the finite flag is that of the new state. ``flag``: the finite flag of a tree (default one
+    for the step: :func:`_finite`; per chain: :func:`_chain_finite`)."""
+    flag = flag or _finite
 
     def run(state, xs, data, header, length, num_rows, trace):
-        num_steps, first, ends = header[0], header[1], header[2:]
-        infos = _info_buffers(step, state, xs, data, length if trace else num_rows + 1)
-        last = jax.tree_util.tree_map(lambda a: a[0], infos)
-
-        def one(carry):
-            state, ok, t, infos, _ = carry
-            new, info = step(state, _at(xs, t), data, first + t)
-            infos = _write(infos, t, info) if trace else infos
-            return new, _and(ok, flags(info)), t + 1, infos, info
-
-        def segment(carry):
-            state, ok, t, r, rows, infos, last = carry
-            end = ends[r]
-            state, ok, t, infos, last = lax.while_loop(
-                lambda c: c[2] < end, one, (state, ok, t, infos, last)
-            )
-            infos = infos if trace else _write(infos, r, last)
-            return state, ok, t, r + 1, _write(rows, r, emit(state)), infos, last
-
+        num_steps, first, num_kept, kept_at = header[0], header[1], header[2], header[3:]
         zero = jnp.asarray(0, jnp.int32)
         rows = _row_buffers(emit(state), num_rows)
-        init = (state, flags(last), zero, zero, rows, infos, last)
-        state, ok, _, _, rows, infos, _ = lax.while_loop(
-            lambda c: c[2] < num_steps, segment, init
+        infos = _info_buffers(step, state, xs, data, length if trace else num_rows + 1)
+        ok = flag(state)
+
+        def between(carry):
+            """A step between kept ones: whole when every step's info is stored, else lean."""
+            state, ok, t, infos = carry
+            new, info = step(state, _at(xs, t), data, first + t)
+            if trace:
+                return new, ok & flag(info), t + 1, _write(infos, t, info)
+            return new, ok & flag(new), t + 1, infos
+
+        def kept_segment(carry):
+            state, ok, t, r, rows, infos = carry
+            state, ok, t, infos = lax.while_loop(
+                lambda c: c[2] < kept_at[r], between, (state, ok, t, infos)
+            )
+            state, info = step(state, _at(xs, t), data, first + t)
+            ok = ok & flag(info) & flag(state)
+            infos = _write(infos, t if trace else r, info)
+            return state, ok, t + 1, r + 1, _write(rows, r, emit(state)), infos
+
+        state, ok, t, _, rows, infos = lax.while_loop(
+            lambda c: c[3] < num_kept, kept_segment, (state, ok, zero, zero, rows, infos)
+        )
+        state, ok, _, infos = lax.while_loop(
+            lambda c: c[2] < num_steps, between, (state, ok, t, infos)
         )
         return _Chunk(state, ok, rows, infos, None, None)
 
@@ -210,7 +231,7 @@ def _segment_run(step, emit, flags=None):
 
 def _per_chain_segments(step, emit):
     """The CPU shape with a finite flag per chain, called as the split program calls a shape."""
-    segments = _segment_run(step, emit, _flags)
+    segments = _segment_run(step, emit, _chain_finite)
 
     def run(state, xs, data, header, keep, length, num_rows, trace):
         return segments(state, xs, data, header, length, num_rows, trace)
@@ -232,13 +253,13 @@ def _scan_run(step, emit):
             new, info = step(state, x, data, first + t)
             live = t < num_steps
             state = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, state)
-            ok = _and(ok, jax.tree_util.tree_map(lambda f: f | ~live, _flags(info)))
+            ok = ok & (_chain_finite(info) & _chain_finite(new) | ~live)
             rows = _write(rows, slot, emit(state))
             slot = slot + (live & kept).astype(slot.dtype)
             return (state, ok, rows, slot, t + 1), info
 
         zero = jnp.asarray(0, jnp.int32)
-        ok = _flags(jax.tree_util.tree_map(lambda a: a[0], _info_buffers(step, state, xs, data, 1)))
+        ok = _chain_finite(state)
         init = (state, ok, _row_buffers(emit(state), num_rows), zero, zero)
         (state, ok, rows, _, _), infos = lax.scan(body, init, (xs, keep))
         return _Chunk(state, ok, rows, infos, None, None)
@@ -259,7 +280,7 @@ def _gated_run(step, emit):
             x, kept = x
             new, info = step(state, x, data, first + t)
             live = (failed_at < 0) & (t < num_steps)
-            ok = _finite(info)
+            ok = _finite(info) & _finite(new)
             failed_at = jnp.where(live & ~ok, t, failed_at)
             proceed = live & ok
             state = jax.tree_util.tree_map(lambda a, b: jnp.where(proceed, a, b), new, state)
@@ -285,24 +306,20 @@ def _result(state, infos, rows, kept: int, count: int) -> LoopResult:
     return LoopResult(state, infos, rows)
 
 
-def _flags(info: dict):
-    """Per leaf of ``info``: whether its floats are finite, over every axis but the leading one
-    (the chain axis of a vectorised step: no reduction across the devices chains are split
-    over). A leaf that holds no floats is finite."""
-
-    def flag(value):
+def _chain_finite(tree):
+    """Per chain (the leading axis of a vectorised step's every leaf): whether every float in
+    ``tree`` is finite, reduced over every axis but the chain axis (no reduction across the
+    devices chains are split over). Leaves that hold no floats are finite."""
+    ok = None
+    for value in jax.tree_util.tree_leaves(tree):
         value = jnp.asarray(value)
         if not jnp.issubdtype(value.dtype, jnp.floating):
-            return jnp.ones(value.shape[:1], bool)
+            continue
         if value.ndim > 1:
             value = jnp.sum(value, axis=tuple(range(1, value.ndim)))
-        return jnp.isfinite(value)
-
-    return jax.tree_util.tree_map(flag, info)
-
-
-def _and(flags, more):
-    return jax.tree_util.tree_map(jnp.logical_and, flags, more)
+        finite = jnp.isfinite(value)
+        ok = finite if ok is None else ok & finite
+    return jnp.asarray(True) if ok is None else ok
 
 
 def _all(flags) -> bool:
@@ -310,10 +327,10 @@ def _all(flags) -> bool:
     return all(bool(np.all(f)) for f in jax.tree_util.tree_leaves(flags))
 
 
-def _finite(info: dict):
-    """A scalar boolean: every floating number in ``info`` is finite."""
+def _finite(tree):
+    """A scalar boolean: every floating number in ``tree`` (an info, a state) is finite."""
     ok = jnp.asarray(True)
-    for value in jax.tree_util.tree_leaves(info):
+    for value in jax.tree_util.tree_leaves(tree):
         if jnp.issubdtype(jnp.result_type(value), jnp.floating):
             ok = ok & jnp.isfinite(jnp.sum(value))
     return ok
@@ -345,35 +362,3 @@ def _write(buffers, index, value):
         buffers,
         value,
     )
-
-
-# -- what a compiled loop runs per step (a clock-free guard: tests/test_loop_ops.py) -----------
-#: Instructions that run no kernel: parameters, constants, tuples and their elements, bitcasts.
-_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
-
-
-def body_kernels(compiled_hlo: str) -> list[tuple[str, str]]:
-    """The instructions XLA's CPU backend runs per iteration of a compiled program's step loop,
-    as (opcode, result shape): the body of the non-fusion computation that holds the most
-    matrix products (the network's), free instructions left out. ``compiled_hlo`` is
-    ``jax.jit(f).lower(...).compile().as_text()``."""
-    bodies: dict[str, list[tuple[str, str]]] = {}
-    name = None
-    for line in compiled_hlo.splitlines():
-        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
-        if header:
-            name = header.group(1)
-            bodies[name] = []
-        elif name is not None and (op := re.search(r"=\s*(\S+)\s+([\w\-]+)\(", line)):
-            bodies[name].append((op.group(2), op.group(1)))
-    loops = {k: v for k, v in bodies.items() if "fus" not in k and not k.startswith("wrapped")}
-    body = max(loops.values(), key=lambda ops: (sum(o == "dot" for o, _ in ops), len(ops)))
-    return [(op, shape) for op, shape in body if op not in _FREE]
-
-
-def float_gates(lowered_text: str) -> int:
-    """Selects over floating-point arrays and conditionals in a lowered program
-    (``jax.jit(f).lower(...).as_text()``): a per-step gate on the state is such a select."""
-    selects = re.findall(r"stablehlo\.select[^\n]*", lowered_text)
-    floats = sum(bool(re.search(r"tensor<\d[\dx]*xf\d+>", s.rsplit(",", 1)[-1])) for s in selects)
-    return floats + len(re.findall(r"stablehlo\.(case|if)\b", lowered_text))

@@ -1,8 +1,9 @@
 """The Pyro backend's loop: a plain Python loop around the core's step, on the fit's device.
 
 It runs the chunk's steps, keeps each step's info (read to the host: reading it is the
-finiteness check), clones ``emit(state)`` at kept steps, and stops at the first step whose
-info is not finite, returning the state from before it. A step's new state is a new object,
+finiteness check, with one flag of the new state), clones ``emit(state)`` at kept steps, and
+stops at the first step whose info or new state is not finite, returning the state from
+before it. A step's new state is a new object,
 or, where a step updates arrays in place (``torch.optim``'s in-place optimizers), an update
 whose gradient is not finite changes nothing (see :mod:`._torch_optimizer`): either way the
 state the loop held before the failed step is that step's input, unchanged.
@@ -43,7 +44,7 @@ def compile_loop(step, emit):
             for i in range(steps):
                 new, info = step(state, index_tree(xs, i), data, first + i)
                 values = _host(info)
-                if not _finite(values):
+                if not (_finite(values) and _state_finite(new)):
                     failed_at, failed = i, values
                     break
                 state = new
@@ -68,6 +69,18 @@ def _finite(values: dict) -> bool:
     return all(
         np.isfinite(v).all() for v in values.values() if np.issubdtype(v.dtype, np.floating)
     )
+
+
+def _state_finite(state) -> bool:
+    """Whether every float of a step's new state is finite (one reduction per leaf)."""
+    flags = []
+
+    def check(leaf):
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            flags.append(torch.isfinite(leaf.sum()))
+
+    tree_map(check, state)
+    return bool(torch.stack(flags).all()) if flags else True
 
 
 def _stack(infos: list[dict]) -> dict:

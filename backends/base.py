@@ -43,6 +43,10 @@ class BackendBase:
         """On one device the arrays are where they belong already."""
         return tree
 
+    def process_devices(self, device, shard: str | None = None) -> list[str] | None:
+        """This backend spreads work over a device list itself (or refuses one): None."""
+        return None
+
     def activate(self) -> AbstractContextManager:
         """Make this backend the target of :mod:`ppl_bdl.math` in a ``with`` block."""
         return use_backend(self)

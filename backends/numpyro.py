@@ -5,7 +5,8 @@ vectorised with ``jax.vmap``; NUTS and HMC are NumPyro's own, driven with the co
 (:mod:`._numpyro_mcmc`). Arrays live on the fit's device: data is put there once
 (:meth:`NumPyroBackend.asarray`) and :meth:`NumPyroBackend.scope` makes it JAX's default device.
 
-Over several devices (``device=["cuda:0", "cuda:1"]``, ``"cpu:*"``) the compiled loop's inputs
+Over several devices (``device=["cuda:0", "cuda:1"]``, ``"cpu:*"``; a list of one device is
+that device) the compiled loop's inputs
 are placed on a one-axis ``jax.sharding.Mesh`` (:meth:`NumPyroBackend.place`): the chain axis
 split over the devices, or with ``shard="data"`` each step's minibatch indices, everything else
 replicated (:mod:`._jax_shard`).
@@ -26,6 +27,7 @@ from ..errors import BackendError, DataError
 from . import _numpyro_dists as _dists
 from ._jax_loop import compile_loop
 from ._jax_math import make_math
+from ._jax_random import fold_in
 from ._jax_shard import Placement
 from ._optax_optimizer import build_optimizer
 from .base import SHARD_MODES, BackendBase, NativeSettings, device_names, parse_device
@@ -50,7 +52,7 @@ class _Random:
         return jax.random.split(key, num)
 
     def fold_in(self, key, step):
-        return jax.random.fold_in(key, step)
+        return fold_in(key, step)
 
     def normal(self, key, shape):
         return jax.random.normal(key, tuple(shape), dtype=self._be.float_dtype)
@@ -317,7 +319,10 @@ def _device_name(device) -> str:
 
 def _resolve_all(device) -> tuple[list, bool]:
     """The JAX devices named by ``device`` and whether the fit spreads over them (a list, a
-    star or a comma-joined name: even a list of one device runs the sharded program)."""
+    star or a comma-joined name of two devices or more). A list of one device (``["cuda:0"]``,
+    or ``"cuda:*"`` on a machine with one GPU) is that device, placed as a plain device name
+    is: with nothing to split, the sharded program's placement would be host work per chunk
+    for nothing (docs/benchmarks.md, the sharding overhead on one device)."""
     if device is None:
         return [jax.devices()[0]], False
     names = device_names(device, "numpyro")
@@ -343,7 +348,7 @@ def _resolve_all(device) -> tuple[list, bool]:
             f"{[_device_name(d) for d in _all_devices()]}; on the CPU, more virtual devices: "
             "XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)."
         )
-    return found, spread
+    return found, spread and len(found) > 1
 
 
 def _resolve_kind(name: str) -> list:

@@ -21,7 +21,14 @@ from torch.distributions import constraints as tc
 from ..errors import BackendError, DataError
 from . import _pyro_dists as _dists
 from . import _torch_values as _values
-from ._torch_devices import available_devices, cuda_devices, device_name, one_device, resolve
+from ._torch_devices import (
+    available_devices,
+    chain_devices,
+    cuda_devices,
+    device_name,
+    one_device,
+    resolve,
+)  # fmt: skip
 from ._torch_dist import DataParallel, data_devices
 from ._torch_loop import compile_loop
 from ._torch_math import make_math
@@ -365,6 +372,18 @@ class PyroBackend(BackendBase):
 
     def devices(self) -> list[str]:
         return available_devices()
+
+    def process_devices(self, device, shard: str | None = None) -> list[str] | None:
+        """Chains over several devices: one worker process per device (torch runs one stream
+        of work per process; :mod:`._torch_devices`). None for one device, and for
+        ``shard="data"`` (one ``torch.distributed`` process per device, started by the user)."""
+        if device is None or shard == "data":
+            return None
+        names = device_names(device, "pyro")
+        if len(names) == 1 and not names[0].endswith(":*"):
+            return None  # one device, checked when the fit makes its backend
+        names = chain_devices(device)
+        return names if len(names) > 1 else None
 
 
 class _KeyBatch:

@@ -24,9 +24,10 @@ import numpy as np
 
 import ppl_bdl as bdl
 from ppl_bdl import dist, nn
+from ppl_bdl.backends._jax_loop import chunk_header
 from ppl_bdl.inference.common import prepare
 from ppl_bdl.inference.driver import Rates, _loop_step, plan_run, run_chains
-from ppl_bdl.inference.driver import _inputs as chunk_inputs
+from ppl_bdl.inference.group_run import chunk_inputs
 from ppl_bdl.inference.minibatch import EpochBatches
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
@@ -144,7 +145,9 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
             state = transition.init(be.random.key(0), be.asarray(start[0]), data)
             xs = chunk_inputs(be, steps, steps, [EpochBatches(n, batch, 0)], False)
             inputs = (data, be.asarray(step_size), be.random.key(1))
-            header = np.full(kept + 3, steps, np.int32)
+            keep = np.zeros(steps, bool)
+            keep[-kept:] = True
+            header = chunk_header(keep, steps, 0, kept)
             return runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=kept,
                                      trace=False)  # fmt: skip
 

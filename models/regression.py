@@ -22,9 +22,12 @@ import numpy as np
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
+from ppl_bdl.errors import ConfigError
 
 _PACKAGE_DATA = Path(__file__).resolve().parent / "data"
 SINE_CSV = _PACKAGE_DATA / "sine_regression.csv"
+DIABETES = _PACKAGE_DATA / "diabetes"
+DIABETES_SCALINGS = ("standard", "sklearn", None)
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -137,3 +140,36 @@ def examples() -> dict:
         "linear_regression_known_noise": linear_regression_known_noise(X, y, noise=0.3),
         "logistic_regression": logistic_regression(Xc, yc),
     }
+
+
+def load_diabetes(scaled: str | None = "standard") -> tuple[np.ndarray, np.ndarray]:
+    """The diabetes regression (Efron, Hastie, Johnstone and Tibshirani 2004, "Least Angle
+    Regression"): ``X`` (442, 10: age, sex, bmi, bp, s1-s6) and ``y`` (442,), disease
+    progression a year after baseline; shipped in ``models/data/diabetes`` (copied from
+    scikit-learn, BSD 3-Clause; see the README there).
+
+    ``scaled``: "standard" (the default): every column of X and y centred and divided by its sd
+    (population sd, ddof 0); "sklearn": X as ``sklearn.datasets.load_diabetes()`` gives it
+    (centred, divided by sd·√n: each column's sum of squares is 1), y raw; None: the raw values.
+
+    Example
+    -------
+    >>> from ppl_bdl.models.regression import load_diabetes
+    >>> X, y = load_diabetes()
+    >>> X.shape, y.shape, round(float(X[:, 2].std()), 6), abs(round(float(y.mean()), 6))
+    ((442, 10), (442,), 1.0, 0.0)
+    >>> round(float(load_diabetes(scaled=None)[1][0]), 1)   # the first patient's target
+    151.0
+    """
+    if scaled not in DIABETES_SCALINGS:
+        raise ConfigError(
+            f"load_diabetes: scaled must be one of {DIABETES_SCALINGS}, got {scaled!r}."
+        )
+    X = np.loadtxt(DIABETES / "diabetes_data_raw.csv.gz")
+    y = np.loadtxt(DIABETES / "diabetes_target.csv.gz")
+    if scaled is None:
+        return X, y
+    X = (X - X.mean(0)) / X.std(0)
+    if scaled == "sklearn":
+        return X / np.sqrt(X.shape[0]), y
+    return X, (y - y.mean()) / y.std()

@@ -8,7 +8,9 @@ gives the format and the published numbers). The protocol, per split:
 1. inputs and target standardised with the training split's mean and sd (a constant input
    column gets sd 1);
 2. a model fitted on the standardised training split (default: :func:`uci_model`, one hidden
-   layer of ``n_hidden`` ReLU units, 50 or 100 as the set's folder says, a learned noise scale);
+   layer of ``n_hidden`` ReLU units, 50 or 100 as the set's folder says, a learned noise scale:
+   by default the network's scale output, an input-dependent scale, as the published networks
+   have; one scale for all inputs, ``noise="halfnormal"``, misses yacht: docs/ensembles.md);
 3. the test split scored by the posterior predictive, a mixture over the posterior's draws (an
    ensemble's members): RMSE of the predictive mean and the mean log predictive density,
    both in the target's original units (log p(y) = log p(z) − log sd_y for z = (y − mean_y)/sd_y);
@@ -186,6 +188,9 @@ class SplitScore:
     seconds: float
     #: The kinds of the fit's diagnostics findings (``post.diagnostics.kinds()``).
     findings: tuple[str, ...] = ()
+    #: The fit's final loss, the mean of its last tenth of steps (VI: the negative ELBO, on the
+    #: standardised target); NaN for a fit that records none.
+    final_loss: float = float("nan")
 
 
 def score(post, model: bdl.Model, data: UCISplit) -> tuple[float, float]:
@@ -232,6 +237,20 @@ class UCIResult:
             f"(published {pr:.2f} ± {prpm:.2f}), log-lik {ll:.2f} ± {llse:.2f} (published "
             f"{pll:.2f} ± {pllpm:.2f}), {seconds:.0f} s"
         )
+
+
+def paired_difference(
+    a: UCIResult, b: UCIResult, metric: str = "log_likelihood"
+) -> tuple[float, float]:
+    """(mean, standard error) over the splits both scored of the per-split difference a − b of
+    ``metric``: the comparison of two methods fitted on the same splits (their split-to-split
+    variation cancels)."""
+    left = {s.split: getattr(s, metric) for s in a.scores}
+    right = {s.split: getattr(s, metric) for s in b.scores}
+    common = sorted(set(left) & set(right))
+    if not common:
+        raise DataError(f"{a.label!r} and {b.label!r} share no split to compare.")
+    return _mean_se([left[k] - right[k] for k in common])
 
 
 @dataclass(frozen=True)
@@ -312,9 +331,23 @@ def run_uci(
                            progress=progress, log_likelihood=False, **kwargs)  # fmt: skip
         seconds = time.perf_counter() - start
         result.scores.append(
-            SplitScore(int(k), *score(post, model, data), seconds, tuple(post.diagnostics.kinds()))
+            SplitScore(
+                int(k),
+                *score(post, model, data),
+                seconds,
+                tuple(post.diagnostics.kinds()),
+                _final_loss(post),
+            )  # fmt: skip
         )
     return result
+
+
+def _final_loss(post) -> float:
+    losses = getattr(post, "losses", None)
+    if losses is None or np.size(losses) == 0:
+        return float("nan")
+    losses = np.asarray(losses, float)
+    return float(np.mean(losses[..., -max(losses.shape[-1] // 10, 1) :]))
 
 
 def _label(options) -> str:

@@ -81,7 +81,9 @@ def networks(architecture: str, size: int, latent_dim: int, hidden: int = 256):
         ], prior=nn.he_normal())  # fmt: skip
         return encoder, decoder
     if size % 4:
-        raise ConfigError(f"the conv networks halve the image twice: size must be a multiple of 4, got {size}.")
+        raise ConfigError(
+            f"the conv networks halve the image twice: size must be a multiple of 4, got {size}."
+        )
     quarter = size // 4
 
     def to_maps(x):
@@ -166,15 +168,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--size", type=int, default=16)
     parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--hidden", type=int, default=256, help="the networks' hidden width")
+    parser.add_argument("--held-out", type=int, default=500, help="held-out images scored")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     post, X = fit_vae(args.backend, n=args.n, size=args.size, latent_dim=args.latent_dim,
                       likelihood=args.likelihood, architecture=args.architecture,
-                      num_steps=args.steps, objective=args.objective,
+                      hidden=args.hidden, num_steps=args.steps, objective=args.objective,
                       num_particles=args.num_particles)  # fmt: skip
     print(f"fitted in {time.perf_counter() - start:.1f} s; last losses / point: "
           f"{np.mean(post.losses[-100:]) / args.n:.2f} nats")  # fmt: skip
-    test = stroke_images(500, args.size, args.likelihood, seed=1)
+    test = stroke_images(args.held_out, args.size, args.likelihood, seed=1)
     for K in (1, 10, 100):
         bound = post.log_marginal(test, num_particles=K)
         label = f"IWAE_{K}" + (" (the ELBO)" if K == 1 else "")

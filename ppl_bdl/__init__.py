@@ -39,6 +39,7 @@ from .posterior import Posterior
 from .posterior_chains import merge_chains
 from .predictive import PredictiveResult, prior_predictive
 from .primitives import deterministic, factor, param, plate, sample
+from .process_executor import DeviceExecutor
 from .ray_executor import RayExecutor
 
 __version__ = "0.1.0"
@@ -52,6 +53,7 @@ __all__ = [
     "CostWarning",
     "Diagnostics",
     "DataError",
+    "DeviceExecutor",
     "DistributionError",
     "InProcessExecutor",
     "InferenceError",

@@ -63,7 +63,7 @@ class Transition(NamedTuple):
     where ``batch`` is a :class:`Batch` and ``rate`` the step's scheduled rate (an SG-MCMC step
     size, a VI learning rate; unused by NUTS/HMC), computed by the driver ahead of the loop;
     ``emit(state)``, what a kept step keeps (the position; nothing for VI). ``info`` is a dict
-    of arrays: a step whose info holds a non-finite float has failed.
+    of arrays: a step whose info or new state holds a non-finite float has failed.
     """
 
     init: Callable[[Key, Array, Any], PyTree]
@@ -79,7 +79,7 @@ class LoopResult(NamedTuple):
     failed step, stacked (NumPy; leading axis steps), or, from a runner called with
     ``trace=False``, the kept steps' infos only. ``rows``: ``emit(state)`` after each kept
     step before the failure, stacked (NumPy; leading axis kept rows). ``failed_at``: the index
-    of the first step whose info was not finite, or -1; ``failed_info``: that step's info (NumPy),
+    of the first step whose info or new state was not finite, or -1; ``failed_info``: that step's info (NumPy),
     else None.
     """
 
@@ -253,9 +253,11 @@ class Autodiff(Protocol):
         compiled length, ``num_rows``, ``trace`` and input shapes, so a shorter last chunk
         reuses the program. ``trace``: every step's info comes back, else the kept steps' only. ``data``
         is passed to every step unchanged (never baked into the compiled program). The runner
-        stops at the first step whose info holds a non-finite float and returns the state from
-        before that step (:class:`LoopResult`): how it gets there (a gated step, or a re-run of
-        the chunk from its start) is the backend's business, never the driver's.
+        stops at the first step whose info or new state holds a non-finite float and returns
+        the state from before that step (:class:`LoopResult`): how it gets there (a gated step,
+        or a re-run of the chunk from its start; between kept steps of a ``trace=False`` run it
+        may check the state alone, whose infos nobody reads) is the backend's business, never
+        the driver's.
         """
         ...
 
@@ -324,8 +326,10 @@ class Devices(Protocol):
     "chains" (the chain axis: each device runs its own block of chains) or "data" (each step's
     minibatch, the parameters replicated). The driver hands every array a compiled loop reads
     to :meth:`place`, naming its chain and batch axes, and pads the chains to a multiple of
-    :attr:`device_count`; the backend decides the rest. A backend that cannot spread work
-    refuses a device list when it is made, saying what it supports.
+    :attr:`device_count`; the backend decides the rest. A backend that runs one stream of
+    work per process spreads chains over devices one worker process per device instead
+    (:meth:`process_devices`, :mod:`ppl_bdl.process_executor`); what it cannot spread it
+    refuses when it is made, saying what it supports.
     """
 
     #: How many devices the fit's work is spread over (1: one device).
@@ -347,6 +351,13 @@ class Devices(Protocol):
 
     def devices(self) -> list[str]:
         """The devices this backend can use here."""
+        ...
+
+    def process_devices(self, device: Any, shard: str | None = None) -> list[str] | None:
+        """Where a fit's chains over the devices ``device`` names run one worker process per
+        device: the device of each process (the names expanded and checked). None: ``device``
+        is one device, or this backend spreads the work over the devices itself (one
+        program over a device list, or ``shard="data"``)."""
         ...
 
     def set_threads(self, count: int) -> None:

@@ -31,13 +31,14 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import ConfigError, InferenceError, RunInterrupted
 from .posterior import Posterior
-from .posterior_chains import merge_chains
+from .posterior_chains import detach, merge_chains
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,31 @@ def run_group(job: ChainJob, group: list[int], bound: Any = None) -> GroupResult
     except InferenceError as err:
         return GroupResult(group, reason="error", message=str(err), partial=err.partial, error=err)
     return GroupResult(group, posterior=post)
+
+
+def portable_options(options: dict) -> dict:
+    """A job's options as another process gets them: a posterior given as ``init`` without its
+    model and pointwise log-likelihood (its draws are what ``init`` reads; the rest holds this
+    process's compiled replays)."""
+    if isinstance(options.get("init"), Posterior):
+        init = dataclasses.replace(options["init"], model=None, log_likelihood={})
+        return {**options, "init": init}
+    return options
+
+
+def run_detached(job: ChainJob, group: list[int]) -> GroupResult:
+    """A worker's run of ``group`` (a Ray task's, a worker process's): its
+    :class:`GroupResult` ready to cross to the calling process (posteriors without the model;
+    the error as an :class:`~ppl_bdl.errors.InferenceError` of its message: the original may
+    hold this process's compiled replays)."""
+    result = run_group(job, group)
+    if result.posterior is not None:
+        result.posterior = detach(result.posterior)
+    if result.partial is not None:
+        result.partial = detach(result.partial)
+    if result.error is not None:
+        result.error = InferenceError(str(result.error))
+    return result
 
 
 class InProcessExecutor:

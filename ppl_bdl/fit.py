@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import warnings
 from typing import Any
 
-from . import kernels
 from .diagnostics import ConvergenceError, ConvergenceWarning, check_fit
-from .errors import ConfigError, ModelError
-from .executor import ChainJob, run_job
+from .errors import ConfigError
 from .fit_checks import chain_ids_to_run as _chain_ids
 from .fit_checks import positive_int as _positive_int
+from .fit_jobs import (
+    NATIVE_OPTIONS,
+    CostWarning,
+    check_mcmc,
+    check_params,
+    choose_executor,
+    fit_chains,
+    fit_ensemble,
+    fit_mcmc,
+    fit_members,
+    plain,
+    run_groups,
+    where,
+)
 from .inference.cavi import check_cavi_call, run_cavi
-from .inference.ensemble import EnsembleConfig, check_ensemble_call, run_ensemble
-from .inference.native_mcmc import NativeConfig, run_native_mcmc
+from .inference.ensemble import EnsembleConfig, check_ensemble_call
 from .inference.psis import importance_log_weights
 from .inference.setup import prepare
-from .inference.sgmcmc import SGMCMCConfig, run_sgmcmc
 from .inference.vi import run_vi
-from .model import BoundModel, unbound_message
-from .ray_executor import RayExecutor
 
-#: Options of NUTS/HMC (besides the common ones): the settings of :class:`NativeConfig`.
-NATIVE_OPTIONS = set(inspect.signature(NativeConfig.build).parameters) - {"method"}
+__all__ = ["NATIVE_OPTIONS", "CostWarning", "fit"]
 
 
 def _want_progress(progress: bool | None) -> bool:
@@ -93,7 +99,8 @@ def fit(
         changed). The posterior's arrays come back as NumPy. Several devices: a list,
         ``["cuda:0", "cuda:1"]``, or every device of a kind, ``"cuda:*"``; the work is split
         over them as ``shard`` says, and the draws are those of one device (docs/scale.md;
-        Pyro: ``shard="data"`` only, one ``torch.distributed`` process per device).
+        Pyro: chains and ensemble members in one worker process per device, each step's data
+        in one ``torch.distributed`` process per device).
     shard : "chains" | "data", optional
         What is split over several devices: "chains" (the default: each device runs its share
         of the chains) or "data" (each step's minibatch, for one chain or a few; needs
@@ -121,7 +128,8 @@ def fit(
         side by side: XLA may round a vectorised program over 2 chains otherwise than one over
         4), and the posterior holds them in this order.
     executor : "ray" | Executor, optional
-        MCMC only: where the chains run. None (default): here, in this process. An executor
+        MCMC and ensembles: where the chains (members) run. None (default): here, in this
+        process (on Pyro with several devices: one worker process per device). An executor
         runs them in groups, each group ``fit(..., chain_ids=group)``, and merges the groups'
         posteriors into the one this process would give with the same seed (the checks below
         run once, on the merged chains): ``bdl.RayExecutor(address=..., resources=...,
@@ -164,33 +172,35 @@ def fit(
     if not isinstance(strict, bool):
         raise ConfigError(f"strict must be True or False, got {strict!r}.")
     settings = dict(method=method, backend=backend, precision=precision, device=device,
-                    seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
+                    seed=seed, **{k: v for k, v in options.items() if plain(v)})  # fmt: skip
     if shard is not None:
         settings["shard"] = shard
-    if method in ("cavi", "vi", "ensemble") and executor is not None:
+    if method in ("cavi", "vi") and executor is not None:
         raise ConfigError(
             f"executor={executor!r} does not apply to method={method!r}: an executor runs the "
-            "chains of an MCMC fit (NUTS, HMC, SG-MCMC) as tasks, and this method fits one "
-            "approximation (an ensemble: its members, side by side) in one process. Leave "
-            "executor out (to split an ensemble's members: fit(..., chain_ids=[...]))."
+            "chains of an MCMC fit (NUTS, HMC, SG-MCMC) or an ensemble's members as tasks, and "
+            "this method fits one approximation in one process. Leave executor out."
         )
     if method == "ensemble":
         config = EnsembleConfig.build(**options)
         check_ensemble_call(num_chains, num_warmup, thinning, num_samples)
         chain_ids = _chain_ids(chain_ids, config.num_members)
-        setup = prepare(bound, backend, precision, seed, device, shard=shard)
-        setup.settings.update(settings, **config.settings(), **_where(setup))
-        _check_params(setup, method, hold_params)
-        post = run_ensemble(setup, config, seed=seed, init=init, progress=progress,
-                            log_likelihood=log_likelihood, chain_ids=chain_ids)  # fmt: skip
-        return _diagnose(post, setup, strict)
+        runner = choose_executor(executor, backend, precision, device, shard)
+        members = dict(backend=backend, precision=precision, device=device, shard=shard,
+                       seed=seed, init=init, progress=progress, log_likelihood=log_likelihood,
+                       hold_params=hold_params, settings=settings, options=options)  # fmt: skip
+        if runner is None:
+            post, setup = fit_ensemble(bound, chain_ids=chain_ids, **members)
+            return _diagnose(post, setup, strict)
+        post = run_groups(runner, bound, chain_ids, members, fit_members, progress)
+        return _report(post, bound.name, strict)
     num_samples = samples
     if method == "cavi":
         check_cavi_call(num_chains, num_warmup, thinning, init)
         setup = prepare(bound, backend, precision, seed, device, shard=shard)
         _one_device(setup, method)
-        setup.settings.update(settings, num_samples=num_samples, **_where(setup))
-        _check_params(setup, method, hold_params)
+        setup.settings.update(settings, num_samples=num_samples, **where(setup))
+        check_params(setup, method, hold_params)
         post = run_cavi(setup, _positive_int("num_samples", num_samples), seed, progress,
                         log_likelihood, **options)  # fmt: skip
         return _diagnose(post, setup, strict)
@@ -209,7 +219,7 @@ def fit(
                 "sites as point estimates. Leave it out."
             )
         setup = prepare(bound, backend, precision, seed, device, shard=shard)
-        setup.settings.update(settings, num_samples=num_samples, **_where(setup))
+        setup.settings.update(settings, num_samples=num_samples, **where(setup))
         if num_chains is not None:
             setup.settings["num_chains"] = num_chains
         post = run_vi(
@@ -219,123 +229,14 @@ def fit(
             **options,
         )  # fmt: skip
         return _diagnose(post, setup, strict)
-    runner = _executor(executor)
+    runner = choose_executor(executor, backend, precision, device, shard)
     if runner is None:
-        post, setup = _fit_mcmc(bound, chain_ids=chain_ids, **mcmc)
+        post, setup = fit_mcmc(bound, chain_ids=chain_ids, **mcmc)
         return _diagnose(post, setup, strict)
-    if not isinstance(bound, BoundModel):
-        raise ModelError(unbound_message(bound))
-    num_chains, chains = _check_mcmc(chain_ids=chain_ids, **mcmc)[2:4]
-    options = dict(mcmc, num_chains=num_chains, progress=False)
-    post = run_job(runner, ChainJob(bound, chains, options, fit_chains, progress=progress))
+    num_chains, chains = check_mcmc(chain_ids=chain_ids, **mcmc)[2:4]
+    post = run_groups(runner, bound, chains, dict(mcmc, num_chains=num_chains), fit_chains,
+                      progress)  # fmt: skip
     return _report(post, bound.name, strict)
-
-
-def fit_chains(bound, chain_ids: list[int], options: dict):
-    """The chains ``chain_ids`` of an MCMC fit with ``fit``'s keyword ``options``, without the
-    post-fit checks (what an executor's task runs: the checks run once, on the merged chains)."""
-    return _fit_mcmc(bound, chain_ids=chain_ids, **options)[0]
-
-
-def _check_mcmc(method, num_warmup, num_samples, num_chains, thinning, chain_ids, options, **_):
-    """An MCMC fit's settings checked (before anything runs, and before any task starts):
-    the method's entry and config, the chain count and chains, warmup and thinning."""
-    entry = kernels.get(method)
-    num_chains = _positive_int("num_chains", 4 if num_chains is None else num_chains)
-    chain_ids = _chain_ids(chain_ids, num_chains)
-    num_warmup = _positive_int("num_warmup", 1000 if num_warmup is None else num_warmup, minimum=0)
-    thinning = _positive_int("thinning", 1 if thinning is None else thinning)
-    _positive_int("num_samples", num_samples)
-    if entry.kind == "native":
-        unknown = set(options) - NATIVE_OPTIONS
-        if unknown:
-            raise ConfigError(
-                f"unknown option(s) {sorted(unknown)} for method {method!r}; expected some of "
-                f"{sorted(NATIVE_OPTIONS)}."
-            )
-        config = NativeConfig.build(method, **options)
-    else:
-        config = SGMCMCConfig.build(method, **options)
-    return entry, config, num_chains, chain_ids, num_warmup, thinning
-
-
-def _fit_mcmc(bound, *, backend, method, num_warmup, num_samples, num_chains, thinning, seed,
-              init, precision, device, shard, progress, log_likelihood, hold_params,
-              chain_ids, options):  # fmt: skip
-    """NUTS, HMC or an SG-MCMC kernel on ``bound``: the posterior (of ``chain_ids``) and the
-    setup, without the post-fit checks."""
-    entry, config, num_chains, chain_ids, num_warmup, thinning = _check_mcmc(
-        method, num_warmup, num_samples, num_chains, thinning, chain_ids, options
-    )
-    common = dict(
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        thinning=thinning,
-        seed=seed,
-        init=init,
-        progress=progress,
-        log_likelihood=log_likelihood,
-        chain_ids=chain_ids,
-    )
-    setup = prepare(bound, backend, precision, seed, device, shard=shard)
-    setup.settings.update(method=method, backend=backend, precision=precision, device=device,
-                          seed=seed, **{k: v for k, v in options.items() if _plain(v)})  # fmt: skip
-    if shard is not None:
-        setup.settings["shard"] = shard
-    setup.settings.update(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                          thinning=thinning, **_where(setup))  # fmt: skip
-    _check_params(setup, method, hold_params)
-    if entry.kind == "native":
-        _warn_cost(setup, method)
-        post = run_native_mcmc(setup, config, **common)
-    else:
-        post = run_sgmcmc(setup, config, **common)
-    return post, setup
-
-
-def _executor(executor):
-    """The executor ``fit`` was given: None (the chains run here, together), "ray" (a local
-    Ray), or an object with ``run(job)`` (:class:`~ppl_bdl.executor.Executor`)."""
-    if executor is None:
-        return None
-    if isinstance(executor, str):
-        if executor == "ray":
-            return RayExecutor()
-        raise ConfigError(
-            f"executor={executor!r}: the one name an executor goes by is 'ray' (a local Ray); "
-            "otherwise pass an executor, e.g. bdl.RayExecutor(address='auto', "
-            "resources={'num_gpus': 1}) or bdl.InProcessExecutor(), or leave it out."
-        )
-    if not callable(getattr(executor, "run", None)):
-        raise ConfigError(
-            f"executor must be 'ray', a RayExecutor, an InProcessExecutor or another object with "
-            f"a run(job) method, got {executor!r}."
-        )
-    return executor
-
-
-#: Latent dimensions above which NUTS/HMC warn before they start: every draw costs up to
-#: 2^max_tree_depth gradients of the full data, which on a network's posterior is the usual case.
-NUTS_DIM_WARNING = 500
-
-
-class CostWarning(UserWarning):
-    """A fit is set up in a way that will cost far more than an alternative that suits it."""
-
-
-def _warn_cost(setup, method: str) -> None:
-    dim = setup.layout.dim
-    if dim > NUTS_DIM_WARNING:
-        warnings.warn(
-            f"{method.upper()} on {setup.bound.name!r}: {dim} latent dimensions (> "
-            f"{NUTS_DIM_WARNING}). Each draw costs up to 2^max_tree_depth full-data gradients "
-            "and, on a network's posterior, usually hits that depth: expect hours. Use "
-            "method='sghmc' (or 'sgld', 'csghmc') with batch_size=..., or method='vi'; or set "
-            "max_tree_depth=5 to bound the cost.",
-            CostWarning,
-            stacklevel=3,
-        )
 
 
 def _one_device(setup, method: str) -> None:
@@ -345,20 +246,6 @@ def _one_device(setup, method: str) -> None:
         raise ConfigError(
             f"method={method!r} runs on one device; device={be.device!r} names "
             f"{be.device_count}. Name one device."
-        )
-
-
-def _check_params(setup, method: str, hold_params: bool) -> None:
-    """MCMC samples latent sites only: a model's ``bdl.param`` sites would be held at their
-    initial values, which is said and refused unless ``hold_params=True``."""
-    if setup.params and not hold_params:
-        names = sorted(setup.params)
-        raise ConfigError(
-            f"model {setup.bound.name!r} has bdl.param site(s) {names}; method={method!r} "
-            "samples latent sites only and would hold them at their initial values. Fit them "
-            "with method='vi' (point estimates; guide='delta' for MAP), make them latent "
-            "(bdl.sample with a prior), or pass hold_params=True to hold them at the init "
-            "given to bdl.param (e.g. a value a VI fit found: post.params)."
         )
 
 
@@ -380,13 +267,3 @@ def _report(post, name: str, strict: bool, stacklevel: int = 3):
             raise ConvergenceError(message, partial=post, findings=post.diagnostics)
         warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
     return post
-
-
-def _where(setup) -> dict:
-    """The backend and device the fit ran on, as resolved (not as asked: None is a default)."""
-    return {"backend": setup.backend.name, "device": setup.backend.device}
-
-
-def _plain(value: Any) -> bool:
-    """Whether an option can be saved as a setting (JSON: numbers, strings, bools, None)."""
-    return value is None or isinstance(value, bool | int | float | str)

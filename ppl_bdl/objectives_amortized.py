@@ -12,6 +12,15 @@ x_i), and the bound of point i is
   non-decreasing in K, tending to log p(x_i | θ);
 - ``renyi``: 1/(1−α) log (1/K) Σ_k w_ik^{1−α} (Li & Turner 2016; the chapter's Eq. 2.21).
 
+Under ``gradient="path"`` (the ELBO only; :mod:`ppl_bdl.objectives`) the gradient is the path
+derivative (Roeder, Wu and Duvenaud 2017, Eq. 8): log q(z_i | x_i) is evaluated at the draw
+z_i = μ_φ(x_i) + σ_φ(x_i) ε with the encoder's outputs μ, σ held constant (stop-gradient), and
+log q(θ) of the global draw with the global guide's parameters held constant, so only the path
+through the draws is differentiated and the score term (expectation zero) is dropped. The KL term
+is then Monte Carlo (the closed form has no path to keep): where q(z_i | x_i) is the exact
+posterior, log p(x_i, z_i | θ) − log q(z_i | x_i) is constant in z_i and the estimate's variance
+is zero.
+
 The objective is log p(θ) − log q(θ) + (N/B) Σ_i bound_i (the sites outside the data plate
 once, the points scaled up to the data set): a lower bound of log p(D) in expectation, since each
 bound_i is one of log p(x_i | θ) given θ (hierarchical: the ELBO over θ, the per-point bound over
@@ -54,23 +63,31 @@ def per_point_bound(log_w, config: ObjectiveConfig, m) -> Any:
 
 
 def point_log_weights(guide, density, params: dict, noise_global, eps, x, data, indices,
-                      model_params=None, mask=None):  # fmt: skip
+                      model_params=None, mask=None, path=False):  # fmt: skip
     """(log p of the sites outside the plate − log q(θ), log w (K, B), loc (B, d), scale (B, d))
     at one draw of the global sites (from ``noise_global``) and K draws of the local
     coordinates of B points (``eps`` (K, B, d)); ``x`` is the encoder's input array (all
     points), ``data`` the model's arrays, ``indices`` the points (None: all N).
-    ``mask`` (NumPy, (d,)): 1 where log q stays Monte Carlo (0: a closed-form KL handles it)."""
+    ``mask`` (NumPy, (d,)): 1 where log q stays Monte Carlo (0: a closed-form KL handles it).
+    ``path``: log q with the encoder's outputs and the global guide's parameters held constant
+    (the path derivative; see the module docstring)."""
     m = guide.m
     K, B, d = (int(s) for s in eps.shape)
     loc, scale = guide.encode(params, x if indices is None else x[indices])
-    per = -m.log(scale) - 0.5 * eps * eps
+    z = loc + scale * eps
+    if path:  # Roeder et al. 2017, Eq. 8: log N(z; mu, sigma^2) with mu, sigma constant
+        fixed_scale = m.stop_gradient(scale)
+        u = (z - m.stop_gradient(loc)) / fixed_scale
+        per = -m.log(fixed_scale) - 0.5 * u * u
+    else:  # (z - loc) / scale = eps
+        per = -m.log(scale) - 0.5 * eps * eps
     n_mc = d
     if mask is not None:
         per, n_mc = per * guide.backend.asarray(mask), float(np.sum(mask))
     log_q = m.sum(per, axis=-1) - 0.5 * n_mc * LOG_2PI
-    theta_g, log_q_g = guide.global_draw(params, noise_global)
+    theta_g, log_q_g = guide.global_draw(params, noise_global, path=path)
     sites = guide.global_sites(theta_g)
-    sites.update(guide.local_sites(m.reshape(loc + scale * eps, (K * B, d))))
+    sites.update(guide.local_sites(m.reshape(z, (K * B, d))))
     rows = indices
     if K > 1:
         points = guide.backend.arange(B) if indices is None else indices
@@ -81,9 +98,10 @@ def point_log_weights(guide, density, params: dict, noise_global, eps, x, data, 
 
 def closed_form_kl(guide, config: ObjectiveConfig):
     """The local coordinates whose KL term is computed in closed form (sites with a Normal prior
-    of fixed parameters, under the ELBO): (sites, mask (d,), prior loc (d,), prior scale (d,)),
-    mask 1 where log q stays Monte Carlo; None when there are none."""
-    if config.name != "elbo" or config.kl == "mc":
+    of fixed parameters, under the ELBO with the total gradient): (sites, mask (d,), prior loc
+    (d,), prior scale (d,)), mask 1 where log q stays Monte Carlo; None when there are none
+    (under ``gradient="path"`` the KL term is Monte Carlo, as for the other guides)."""
+    if config.name != "elbo" or config.kl == "mc" or config.gradient == "path":
         return None
     mask, loc, scale = np.ones(guide.local_dim), np.zeros(guide.local_dim), np.ones(guide.local_dim)
     names, start = [], 0
@@ -116,6 +134,7 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
     be, m = guide.backend, guide.m
     K, N, size_g = config.num_particles, guide.size, guide.global_noise_size()
     kl = closed_form_kl(guide, config)
+    path = config.gradient == "path"
     local = frozenset(n for n, _, _ in guide.local)
     density = PointDensity(guide.trace.bound, be, guide.plate, local, guide.params,
                            exclude=frozenset(kl[0]) if kl else frozenset())  # fmt: skip
@@ -132,7 +151,7 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
         eps = m.reshape(noise[size_g:], (K, B, guide.local_dim))
         outside, log_w, loc, scale = point_log_weights(
             guide, density, params, noise[:size_g], eps, guide.inputs(batch.data), batch.data,
-            batch.indices, extra, mask,
+            batch.indices, extra, mask, path,
         )  # fmt: skip
         bound = per_point_bound(log_w, config, m)
         if kl is not None:  # KL[N(mu, sigma^2) || N(m, s^2)] per coordinate, summed per point

@@ -39,14 +39,17 @@ from .posterior import Posterior
 
 #: What every part must share to be chains of one fit.
 _SAME = ("method", "backend", "precision", "model_name", "latent_names")
+#: Settings that hold one value per chain (an ensemble's member numbers): joined, not compared.
+PER_CHAIN_SETTINGS = ("members",)
 
 
 def merge_chains(parts: Sequence[Posterior], model: Any = None) -> Posterior:
     """One :class:`~ppl_bdl.posterior.Posterior` of the chains of ``parts``, in their order.
 
     Samples, sample_stats and the pointwise log-likelihood are joined along the chain axis (a
-    log-likelihood not yet computed stays so until it is read); the settings are the parts'
-    (a setting whose value differs between parts becomes the list of their values); the
+    log-likelihood not yet computed stays so until it is read), and so are an ensemble's
+    losses (member, step) and member numbers (``settings["members"]``); the other settings are
+    the parts' (a setting whose value differs between parts becomes the list of their values); the
     diagnostics are computed again on the joined chains (R-hat compares every chain). ``model``
     is the bound model to attach (default: the first part's).
 
@@ -54,17 +57,26 @@ def merge_chains(parts: Sequence[Posterior], model: Any = None) -> Posterior:
     ------
     ValueError
         When the parts are not chains of one fit (another method, backend, sites or number of
-        draws), or are VI fits (one guide each: they do not join along a chain axis).
+        draws, losses of another length), or are VI fits (fitted guides: merge the chains of
+        MCMC fits and the members of ensembles).
     """
     parts = list(parts)
     if not parts:
         raise ValueError("merge_chains needs at least one Posterior, got none.")
     first = parts[0]
     for i, part in enumerate(parts):
-        if part.guide is not None or part.losses is not None:
+        if part.guide is not None:
             raise ValueError(
                 f"part {i} is a {part.method!r} fit with a guide: merge_chains joins the chains of "
-                "MCMC fits (draws along a chain axis), not fitted guides."
+                "MCMC fits and ensembles' members (draws along a chain axis), not fitted guides."
+            )
+        if (part.losses is None) != (first.losses is None) or (
+            part.losses is not None and np.shape(part.losses)[1:] != np.shape(first.losses)[1:]
+        ):
+            raise ValueError(
+                f"part {i} has losses of shape {np.shape(part.losses)}, part 0 "
+                f"{np.shape(first.losses)}: only members of one ensemble (same num_steps) can be "
+                "merged."
             )
         for name in _SAME:
             if getattr(part, name) != getattr(first, name):
@@ -99,6 +111,7 @@ def merge_chains(parts: Sequence[Posterior], model: Any = None) -> Posterior:
         latent_names=list(first.latent_names),
         model_name=first.model_name,
         settings=_settings([p.settings for p in parts]),
+        losses=None if first.losses is None else np.concatenate([p.losses for p in parts]),
     )
     merged.diagnostics = check_fit(merged)
     return merged
@@ -122,7 +135,10 @@ def _settings(all_settings: list[dict]) -> dict:
     merged = {}
     for key in dict.fromkeys(k for s in all_settings for k in s):
         values = [s.get(key) for s in all_settings]
-        merged[key] = values[0] if all(v == values[0] for v in values) else values
+        if key in PER_CHAIN_SETTINGS and all(isinstance(v, list) for v in values):
+            merged[key] = [c for v in values for c in v]
+        else:
+            merged[key] = values[0] if all(v == values[0] for v in values) else values
     return merged
 
 

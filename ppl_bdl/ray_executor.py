@@ -19,16 +19,20 @@ naming the groups that did not finish, with the chains that did in ``error.parti
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 from typing import Any
 
-from .errors import BackendError, ConfigError, InferenceError, RunInterrupted
-from .executor import ChainJob, GroupResult, check_chains_per_task, run_group, split_chains
+from .errors import BackendError, ConfigError, RunInterrupted
+from .executor import (
+    ChainJob,
+    GroupResult,
+    check_chains_per_task,
+    portable_options,
+    run_detached,
+    split_chains,
+)  # fmt: skip
 from .inference.driver import progress_bar
-from .posterior import Posterior
-from .posterior_chains import detach
 
 #: Keys of ``resources`` that are Ray's own task options; any other key is a custom resource.
 TASK_RESOURCES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
@@ -139,9 +143,7 @@ class RayExecutor:
             )
         if device is None and gpus:
             options["device"] = "cuda"
-        if isinstance(options.get("init"), Posterior):
-            options["init"] = dataclasses.replace(options["init"], model=None, log_likelihood={})
-        return options
+        return portable_options(options)
 
     def _slots(self, ray) -> int:
         """How many tasks with ``resources`` the cluster can run at once."""
@@ -192,14 +194,7 @@ class RayExecutor:
 def run_task(bound: Any, group: list[int], options: dict, run) -> GroupResult:
     """A Ray task: fit the chains ``group`` in this worker and send back what came of it (the
     posterior, or the failure with the draws kept before it, both without the model)."""
-    result = run_group(ChainJob(bound, group, options, run), group)
-    if result.posterior is not None:
-        result.posterior = detach(result.posterior)
-    if result.partial is not None:
-        result.partial = detach(result.partial)
-    if result.error is not None:  # its partial holds this process's compiled replays
-        result.error = InferenceError(str(result.error))
-    return result
+    return run_detached(ChainJob(bound, group, options, run), group)
 
 
 def _result(ray, ref, group: list[int], retries: int) -> GroupResult:

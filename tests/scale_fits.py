@@ -1,6 +1,7 @@
 """Fits that tests/test_scale.py runs twice: on one device in the test process, and on JAX's
 virtual CPU devices in a subprocess (``python tests/scale_fits.py OUT DEVICE SHARD NAME...``,
-with ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before JAX starts), or on torch
+with ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before JAX starts; DEVICE
+``cpu:0,cpu:1`` is the list ``["cpu:0", "cpu:1"]``), or on torch
 in each of the gloo processes of a data-parallel fit (``python tests/scale_fits.py --torch OUT
 NAME...`` with torch.distributed's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set). Each fit's
 draws of ``w`` (chain, draw, 2) are saved to ``OUT`` (NumPy's npz), with the VI losses; a fit
@@ -47,6 +48,11 @@ FITS = {
     "nuts": dict(method="nuts", num_chains=5, num_warmup=30, num_samples=20),
     "hmc": dict(method="hmc", num_chains=3, num_warmup=30, num_samples=20, num_steps=5),
     **{f"vi_{g}": dict(guide=g, num_chains=3, **_VI) for g in bdl.guides.available()},
+    # ensembles: 5 members (their chains), plain and anchored (w's N(0, 1) prior)
+    "ensemble": dict(method="ensemble", num_members=5, num_steps=60, lr=0.05, batch_size=8),
+    "ensemble_anchored": dict(
+        method="ensemble", num_members=5, num_steps=60, lr=0.05, batch_size=8, anchored=True
+    ),
     # shard="data": one chain or a few, each minibatch of 8 split over the devices
     "sgld_data": dict(method="sgld", num_chains=1, **_SG),
     "sghmc_data": dict(method="sghmc", num_chains=2, **_SG),
@@ -59,15 +65,17 @@ FITS = {
 
 
 def run(names, device=None, shard=None, backend="numpyro") -> dict[str, np.ndarray]:
-    """The fits ``names`` on ``device`` (split as ``shard`` says): draws, losses or the error."""
+    """The fits ``names`` on ``device`` (split as ``shard`` says; "auto": "data" for the fits
+    named ``*_data``, chains for the others): draws, losses or the error."""
     out = {}
     for name in names:
         options = dict(FITS[name])
+        split = ("data" if name.endswith("_data") else None) if shard == "auto" else shard
         bound = cliff() if name == "cliff" else regression(*data())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # short runs: the convergence checks complain
             try:
-                post = bdl.fit(bound, backend=backend, device=device, shard=shard,
+                post = bdl.fit(bound, backend=backend, device=device, shard=split,
                                progress=False, **options)  # fmt: skip
             except bdl.InferenceError as err:
                 out[f"{name}/error"] = np.asarray(str(err))
@@ -92,7 +100,8 @@ def main(argv: list[str]) -> None:
 
     jax.config.update("jax_default_matmul_precision", "highest")  # as tests/conftest.py
     path, device, shard, *names = argv
-    results = run(names, device=device, shard=None if shard == "-" else shard)
+    devices = device.split(",") if "," in device else device  # "cpu:0,cpu:1": a list
+    results = run(names, device=devices, shard=None if shard == "-" else shard)
     results["devices"] = np.asarray(len(jax.devices()))
     np.savez(path, **results)
 

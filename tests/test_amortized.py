@@ -156,6 +156,52 @@ def test_ppca_fitted_decoder_encoder_and_log_marginal(backend):
     assert np.abs((est.per_point - exact) / est.mc_se).max() < 5.0
 
 
+def _lifted_encoder(backend: str, weight=None, bias=None):
+    """A torch Linear (pyro) or an equinox Linear (numpyro) lifted as the encoder, holding
+    ``weight`` (D, 2K) and ``bias`` (2K,) when given (else the module's own initial values)."""
+    if backend == "pyro":
+        import torch
+
+        module = torch.nn.Linear(D, 2 * K)
+        if weight is not None:
+            with torch.no_grad():
+                module.weight.copy_(torch.as_tensor(weight.T))
+                module.bias.copy_(torch.as_tensor(bias))
+    else:
+        import equinox as eqx
+        import jax
+
+        module = eqx.nn.Linear(D, 2 * K, key=jax.random.PRNGKey(0))
+        if weight is not None:
+            module = eqx.tree_at(lambda m: (m.weight, m.bias), module, (weight.T, bias))
+    return nn.lift(module, name="enc")
+
+
+def test_a_lifted_module_is_an_encoder(backend):
+    """A lifted torch / equinox module as the encoder: it starts at the module's own values (set
+    here to the exact pPCA posterior, which encode() then returns), and a fit from the module's
+    default initialisation trains it (the loss falls by hundreds of nats; the encoder's means
+    move towards the exact ones)."""
+    exact_loc, cov = exact_posterior(W, MU, SIGMA, X)
+    sd = np.sqrt(np.diag(cov))
+    A = W @ cov.T / SIGMA**2  # loc = (x - mu) @ A: W M^-1, with cov = sigma^2 M^-1
+    weight = np.concatenate([A, np.zeros((D, K))], axis=1)
+    bias = np.concatenate([-MU @ A, inverse_softplus(sd)])
+    setup = prepare(ppca_fixed(X), backend, "float64", 0)
+    lifted = guides.Amortized(_lifted_encoder(backend, weight, bias), sites=["z"])
+    loc, scale = VIRun(setup, 0, guide=lifted, num_steps=1).fitted_guide().encode(X)["z"]
+    np.testing.assert_allclose(loc, exact_loc, atol=1e-5 * sd.min())  # float32 module values
+    np.testing.assert_allclose(scale, np.broadcast_to(sd, scale.shape), rtol=1e-5)
+    post = bdl.fit(ppca_fixed(X), backend=backend, method="vi", num_steps=400, lr=0.02,
+                   batch_size=100, num_samples=2, precision="float64", progress=False,
+                   guide=guides.Amortized(_lifted_encoder(backend), sites=["z"]))  # fmt: skip
+    assert post.losses[-50:].mean() < post.losses[:20].mean() - 100.0
+    start = VIRun(setup, 0, guide=guides.Amortized(_lifted_encoder(backend), sites=["z"]),
+                  num_steps=1).fitted_guide().encode(X)["z"][0]  # fmt: skip
+    fitted = post.encode(X)["z"][0]
+    assert np.abs(fitted - exact_loc).mean() < 0.5 * np.abs(start - exact_loc).mean()
+
+
 # -- global latents beside the encoder, other objectives, prediction ---------------------------
 @bdl.model
 def ppca_bayes(X):

@@ -67,6 +67,19 @@ def _block_under(page: str, heading: str) -> str:
     return re.search(r"```python\n(.*?)```", text[text.index(heading) :], re.S).group(1)
 
 
+def test_ebm_section_example_runs_as_written():
+    """docs/inference.md's energy-based model (300 updates: the settings whose moments
+    tests/test_ebm.py checks against the data, within 0.15 sd and 0.2)."""
+    namespace: dict = {}
+    code = _block_under("inference.md", "## Energy-based models")
+    exec(compile(code, "docs/inference.md (EBM)", "exec"), namespace)
+    x, X, model = namespace["x"], namespace["X"], namespace["model"]
+    assert x.shape == (2000, 2) and model.losses.shape == (300,)
+    assert np.abs(x.mean(0) - X.mean(0)).max() < 0.15 * X.std(0).min()
+    low, high = model.energy(np.array([[1.5, 0.0], [0.0, -1.5]]))
+    assert low < high
+
+
 def test_cavi_section_example_runs_as_written():
     namespace: dict = {}
     code = _block_under("inference.md", "## Coordinate-ascent VI (CAVI)")

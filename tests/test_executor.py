@@ -1,18 +1,25 @@
 """The executor layer without Ray: groups of chains merged into the run in one process, the
-merge's checks, what a failed or interrupted group becomes, and the settings' errors."""
+merge's checks, what a failed or interrupted group becomes, and the settings' errors; the
+worker processes of :class:`~ppl_bdl.process_executor.DeviceExecutor` (one per device): a
+worker that dies, retried or named, and Ctrl-C."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl import dist, ray_executor
+from ppl_bdl import dist, process_executor, ray_executor
 from ppl_bdl.executor import ChainJob, ExecutorError, GroupResult, run_job, split_chains
 from ppl_bdl.posterior_chains import detach, merge_chains
+from ppl_bdl.process_executor import DeviceExecutor
 
 
 @bdl.model
@@ -157,3 +164,82 @@ def test_run_job_with_a_job_of_its_own():
         post = run_job(bdl.InProcessExecutor(chains_per_task=3),
                        ChainJob(regression(*_data()), [0, 1, 2, 3], options, run))  # fmt: skip
     assert seen == [[0, 1], [2, 3]] and post.samples["w"].shape == (4, 20, 2)
+
+
+# -- one worker process per device ---------------------------------------------------------------
+def _draws(group: list[int]) -> bdl.Posterior:
+    """A posterior of ``group``'s chains made without a fit: each chain's draws from its number."""
+    draws = np.stack([np.random.default_rng(c).normal(size=20) for c in group])
+    return bdl.Posterior(samples={"x": draws}, method="sgld", settings={"seed": 3})
+
+
+def _faulty(bound, group, options):
+    """A worker's run (in its own process): the group holding chain 2 dies (SIGKILL) once
+    (``FAULT=once``: the marker ``FAULT_MARKER`` says it did), always (``always``), or waits
+    to be stopped (``stall``); every other group's draws come back."""
+    mode, marker = os.environ["FAULT"], Path(os.environ["FAULT_MARKER"])
+    if 2 in group and mode == "stall":
+        time.sleep(300)  # the caller stops this process long before
+    if 2 in group and (mode == "always" or not marker.exists()):
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _draws(group)
+
+
+def _workers(monkeypatch, tmp_path, mode: str, retries: int = 0):
+    monkeypatch.setenv("FAULT", mode)
+    monkeypatch.setenv("FAULT_MARKER", str(tmp_path / "died"))
+    job = ChainJob(regression(*_data()), [0, 1, 2, 3], {}, _faulty)
+    return run_job(DeviceExecutor(["cpu", "cpu"], max_retries=retries), job)
+
+
+def test_worker_processes_merge_their_groups_and_a_dead_worker_is_retried(monkeypatch, tmp_path):
+    """Two worker processes, chains [0, 1] and [2, 3]; the second dies once and is started
+    again (its draws depend only on its chains): the merged draws are every chain's."""
+    post = _workers(monkeypatch, tmp_path, "once", retries=1)
+    assert (tmp_path / "died").exists(), "no worker died: the test did not test a fault"
+    np.testing.assert_array_equal(post.samples["x"], _draws([0, 1, 2, 3]).samples["x"])
+
+
+def test_a_worker_that_still_dies_is_named_with_the_chains_that_finished(monkeypatch, tmp_path):
+    with pytest.raises(ExecutorError, match=r"1 of 2 groups of chains failed:\n- chains \[2, 3\]: "
+                       r"worker died: .* on cpu .*killed by signal 9\) after 0 retries") as info:  # fmt: skip
+        _workers(monkeypatch, tmp_path, "always")
+    error = info.value
+    assert error.finished == [0, 1] and not error.interrupted
+    np.testing.assert_array_equal(error.partial.samples["x"], _draws([0, 1]).samples["x"])
+
+
+def test_ctrl_c_stops_the_workers_and_keeps_the_groups_finished(monkeypatch, tmp_path):
+    """Ctrl-C once the first group came back (the second stalls): the second worker is stopped
+    and named as cancelled, the first group's chains are in error.partial."""
+    real_sleep, workers, pressed = time.sleep, [], []
+    start = process_executor._Worker.start
+
+    def started(self):
+        start(self)
+        workers.append(self)
+
+    def sleep(seconds):  # Ctrl-C in the wait, once, when the first group's result is there
+        if not pressed and workers and workers[0].out.exists():
+            pressed.append(True)
+            raise KeyboardInterrupt
+        real_sleep(seconds)
+
+    monkeypatch.setattr(process_executor._Worker, "start", started)
+    monkeypatch.setattr(process_executor.time, "sleep", sleep)
+    with pytest.raises(ExecutorError, match="interrupted") as info:
+        _workers(monkeypatch, tmp_path, "stall")
+    monkeypatch.undo()
+    error = info.value
+    assert error.interrupted and error.finished == [0, 1]
+    assert [(f.chains, f.reason) for f in error.failed] == [([2, 3], "cancelled")]
+    assert workers[1].process.returncode is not None  # stopped, not left running
+    np.testing.assert_array_equal(error.partial.samples["x"], _draws([0, 1]).samples["x"])
+
+
+def test_device_executor_settings_are_checked():
+    with pytest.raises(bdl.ConfigError, match="devices must be a non-empty list"):
+        DeviceExecutor([])
+    with pytest.raises(bdl.ConfigError, match="max_retries must be"):
+        DeviceExecutor(["cpu"], max_retries=-1)

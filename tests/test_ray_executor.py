@@ -1,6 +1,8 @@
 """``fit(..., executor=RayExecutor(...))`` on a local Ray with two CPUs (one Ray session for the
-module): the draws of the run in one process, a worker killed mid-run and retried from its seed,
-a task that still fails named with the chains that finished, Ctrl-C cancelling the tasks."""
+module): the draws of the run in one process (chains, and an ensemble's members), a worker
+killed mid-run and retried from its seed, a task that still fails named with the chains that
+finished, Ctrl-C cancelling the tasks; and what the executor hands Ray (address, runtime_env,
+each task's resources, the data put once)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.executor import ExecutorError
+from ppl_bdl.executor import ExecutorError, GroupResult
+from ppl_bdl.ray_executor import RayExecutor
 
 ray = pytest.importorskip("ray")
 
@@ -214,6 +217,68 @@ def test_settings_that_cannot_work_are_named_before_any_task_starts(local_ray):
         _fit("pyro", executor=bdl.RayExecutor(resources={"num_gpus": 1}), device="cpu")
     with pytest.raises(bdl.ConfigError, match="ask for no GPU"):
         _fit("pyro", executor="ray", device="cuda")
+
+
+def test_ensemble_members_as_ray_tasks_are_the_members_fitted_here(local_ray):
+    """Four members of an anchored ensemble as two Ray tasks of two members, merged: the
+    members, their losses at every step, sample stats, settings and findings of the ensemble
+    fitted in this process, bit for bit (Pyro: members one after another)."""
+    options = dict(backend="pyro", method="ensemble", num_members=4, num_steps=40, lr=0.02,
+                   batch_size=16, seed=3, anchored=["w"], progress=False)  # fmt: skip
+    with warnings.catch_warnings():  # 40 steps: the members' losses still fall, and it says so
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+        here = bdl.fit(regression(*_data()), **options)
+        on_ray = bdl.fit(regression(*_data()), executor=RayExecutor(chains_per_task=2), **options)
+    for name in here.samples:
+        np.testing.assert_array_equal(on_ray.samples[name], here.samples[name])
+    for name in here.sample_stats:
+        np.testing.assert_array_equal(on_ray.sample_stats[name], here.sample_stats[name])
+    np.testing.assert_array_equal(on_ray.losses, here.losses)
+    assert on_ray.settings == here.settings and on_ray.settings["members"] == [0, 1, 2, 3]
+    assert on_ray.diagnostics == here.diagnostics
+
+
+@pytest.mark.parametrize("address", [None, "auto", "ray://head:10001"])
+def test_the_executor_hands_ray_its_address_resources_and_runtime_env(monkeypatch, address):
+    """What reaches Ray, with Ray's own calls recorded (no cluster needed): ``ray.init`` gets
+    the address and runtime_env; each task's options are the retries, Ray's own resources
+    (num_cpus, num_gpus, memory) as keywords and the custom ones as ``resources``; the tasks
+    are as many as the cluster has room for (here min(4 CPUs / 2, 8 GiB / 1 GiB, 3 disks / 1)
+    = 2), each reading the one object the bound model was put as."""
+    calls: dict = {"tasks": []}
+
+    class Remote:
+        def __init__(self, function):
+            calls["function"] = function
+
+        def options(self, **options):
+            calls["options"] = options
+            return self
+
+        def remote(self, *args):
+            calls["tasks"].append(args)
+            return len(calls["tasks"])
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.setdefault("init", kw))
+    monkeypatch.setattr(
+        ray, "cluster_resources", lambda: {"CPU": 4.0, "memory": 2.0**33, "disk": 3.0}
+    )
+    monkeypatch.setattr(ray, "put", lambda value: calls.setdefault("put", ["ref"]))
+    monkeypatch.setattr(ray, "remote", Remote)
+    monkeypatch.setattr(RayExecutor, "_collect", lambda self, ray, refs, groups, progress: [
+        GroupResult(g, reason="cancelled", message="not run") for g in groups])  # fmt: skip
+    executor = RayExecutor(address=address, resources={"num_cpus": 2, "memory": 2**30,
+                                                       "disk": 1}, max_retries=3,
+                           runtime_env={"env_vars": {"OMP_NUM_THREADS": "2"}})  # fmt: skip
+    with pytest.raises(ExecutorError, match="2 groups of chains unfinished"):
+        _fit("pyro", executor=executor)
+    assert calls["init"] == dict(address=address, runtime_env={"env_vars": {"OMP_NUM_THREADS": "2"}},
+                                 include_dashboard=False, logging_level="WARNING")  # fmt: skip
+    assert calls["options"] == dict(max_retries=3, retry_exceptions=False,
+                                    resources={"disk": 1}, num_cpus=2, memory=2**30)  # fmt: skip
+    assert [task[1] for task in calls["tasks"]] == [[0, 1], [2, 3]]
+    assert all(task[0] is calls["put"] for task in calls["tasks"])  # the data, put once
 
 
 @pytest.mark.slow  # ~10 s on a quiet machine, and the first test here checks the same

@@ -7,8 +7,10 @@ over the devices draw what they draw on one device, for every kernel and guide, 
 of chains the devices do not divide; ``shard="data"`` steps match the unsplit steps to float
 tolerance. The split program itself is checked: a chunk with chains split over the devices has
 no cross-device communication at all (each device runs its own chains), and a data-split one has
-the reduction XLA inserted. Torch refuses a device list, saying what it supports. VI's
-``num_chains``: independent fits side by side, the first the one fit of the same seed.
+the reduction XLA inserted. Ensembles' members split like chains. Torch spreads chains over a
+device list one worker process per device (the CPU listed twice here), drawing what one
+process draws, bit for bit. VI's ``num_chains``: independent fits side by side, the first the
+one fit of the same seed.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def _env(count: int) -> dict:
 
 
 def _virtual(names, device="cpu:*", shard=None, count=4) -> dict:
-    """``scale_fits.run(names, device, shard)`` on ``count`` virtual CPU devices."""
+    """``scale_fits.run(names, device, shard)`` on ``count`` virtual CPU devices (``device``
+    "cpu:0,cpu:1": the list of those two)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.npz"
         cmd = [sys.executable, str(HERE / "scale_fits.py"), str(out), device, shard or "-", *names]
@@ -68,8 +71,8 @@ def _script(code: str, count: int = 4) -> str:
     return proc.stdout
 
 
-def _compare(names, device="cpu:*", shard=None):
-    split = _virtual(names, device, shard)
+def _compare(names, device="cpu:*", shard=None, count=4):
+    split = _virtual(names, device, shard, count)
     one = scale_fits.run(names)
     assert sorted(split) == sorted(one)
     for key, value in one.items():
@@ -87,7 +90,22 @@ def test_chains_split_over_devices_draw_what_one_device_draws():
     _compare(["sgld"])
 
 
-CHAIN_FITS = [n for n in scale_fits.FITS if "data" not in n and n != "sgld"]
+CHAIN_FITS = [
+    n for n in scale_fits.FITS if "data" not in n and n != "sgld" and not n.startswith("ensemble")
+]
+
+
+def test_ensemble_members_split_over_devices_are_the_members_of_one_device():
+    """Five members of a plain and of an anchored ensemble on four devices (padded to eight,
+    as chains are): each member's position and its losses at every step are those of one
+    device."""
+    _compare(["ensemble", "ensemble_anchored"])
+
+
+def test_an_explicit_device_list_splits_chains_and_data():
+    """device=["cpu:0", "cpu:1"] (two of four virtual devices): five SGLD chains split over
+    them, and one chain's minibatches split over them (shard="data"), as on one device."""
+    _compare(["sgld", "sgld_data"], device="cpu:0,cpu:1", shard="auto")
 
 
 @pytest.mark.slow
@@ -151,11 +169,8 @@ for on_cpu in (True, False):
         np.testing.assert_allclose(b.infos["v"], a.infos["v"], atol=1e-5)
     assert len(b.state["s"].sharding.device_set) == 4  # the chains stayed split
     program = split.split[False]
-    header = np.full(9 if on_cpu else 2, 30, np.int32)
-    header[1] = 0
-    if on_cpu:
-        header[2:8] = np.flatnonzero(keep) + 1
-    from ppl_bdl.backends._jax_loop import _specs
+    from ppl_bdl.backends._jax_loop import _specs, chunk_header
+    header = chunk_header(keep, 30, 0, 6, on_cpu)
     specs = (_specs(placed[1]), _specs(placed[2]))
     text = program.lower(*placed, header, keep, length=L, num_rows=6,
                          specs=specs).compile().as_text()
@@ -168,9 +183,8 @@ placed = (batch.place(state, 0, None),
           batch.place(data, None, None))
 a, b = one(state, xs, data, keep, 20, 0, 6), one(*placed, keep, 20, 0, 6)
 np.testing.assert_allclose(np.asarray(b.state["s"]), np.asarray(a.state["s"]), atol=1e-6)
-header = np.full(9, 20, np.int32)
-header[1] = 0
-header[2:6] = np.flatnonzero(keep[:20]) + 1
+from ppl_bdl.backends._jax_loop import chunk_header
+header = chunk_header(keep, 20, 0, 6)
 text = one.fast.lower(*placed, header, length=L, num_rows=6, trace=True)
 print("data", sorted(set(re.findall(collective, text.compile().as_text()))))
 """
@@ -235,29 +249,51 @@ def test_shard_names_what_it_splits():
         bdl.backends.get("numpyro", device="cpu:*", shard="model")
 
 
-def test_a_list_of_one_device_runs_the_split_program_with_the_same_draws():
-    """``["cpu:0"]``: the sharded loop on a mesh of one device (what benchmarks/scale_out.py
-    times against the plain loop), the draws of ``"cpu:0"``."""
+def test_a_list_of_one_device_is_that_device():
+    """``["cpu:0"]`` (or a star over one device): nothing to split, so the arrays are placed as
+    for ``"cpu:0"`` (the plain loop: no per-chunk placement on a mesh; the sharding overhead on
+    one device is none) and the draws are those of ``"cpu:0"``, bit for bit."""
     names = ["sgld"]
     a, b = scale_fits.run(names, device="cpu:0"), scale_fits.run(names, device=["cpu:0"])
-    np.testing.assert_allclose(b["sgld"], a["sgld"], atol=ATOL)
-    assert bdl.backends.get("numpyro", device=["cpu:0"]).place(np.zeros((2, 1)), 0).sharding.spec
+    np.testing.assert_array_equal(b["sgld"], a["sgld"])
+    be = bdl.backends.get("numpyro", device=["cpu:0"])
+    assert be.device_count == 1 and be.device == "cpu:0"
+    tree = {"x": np.zeros((2, 1))}
+    assert be.place(tree, 0) is tree
 
 
 # -- torch ---------------------------------------------------------------------------------------
-def test_torch_runs_one_device_and_says_what_spreads_work():
+def test_torch_chains_over_two_processes_draw_what_one_process_draws():
+    """device=["cpu", "cpu"] on torch: five SGLD chains in two worker processes (chains [0, 1,
+    2] and [3, 4], one process per device), merged: bit for bit the draws of one process
+    (torch runs chains one after another; a chain's draws depend on its seed and number)."""
     pytest.importorskip("torch")
+    one = scale_fits.run(["sgld"], backend="pyro")
+    two = scale_fits.run(["sgld"], device=["cpu", "cpu"], backend="pyro")
+    np.testing.assert_array_equal(two["sgld"], one["sgld"])
+
+
+def test_what_torch_does_not_spread_over_devices_is_a_clear_error():
+    """A list of one device is that device; "cpu:*" is the CPU once (torch has one CPU
+    device); VI's fits are not spread over devices (refused, naming what is); no CUDA here."""
+    torch = pytest.importorskip("torch")
     bound = scale_fits.regression(*scale_fits.data())
     options = dict(backend="pyro", method="sgld", step_size=1e-3, batch_size=8, num_warmup=5,
                    num_samples=5, num_chains=2, progress=False)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        post = bdl.fit(bound, device=["cpu"], **options)  # a list of one device: that device
-    assert post.samples["w"].shape == (2, 5, 2)
-    for device, shard in ((["cpu", "cpu"], None), ("cuda:*", None)):  # data: test_scale_torch
-        with pytest.raises(bdl.BackendError, match="one device") as info:
-            bdl.fit(bound, device=device, shard=shard, **options)
-        assert "chain_ids" in str(info.value) and "numpyro" in str(info.value)
+        for device in (["cpu"], "cpu:*"):
+            post = bdl.fit(bound, device=device, **options)
+            assert post.samples["w"].shape == (2, 5, 2) and post.settings["device"] == "cpu"
+    with pytest.raises(bdl.BackendError, match="VI's num_chains fits") as info:
+        bdl.fit(bound, backend="pyro", method="vi", num_steps=5, device=["cpu", "cpu"],
+                progress=False)  # fmt: skip
+    assert "one worker process per device" in str(info.value)
+    with pytest.raises(bdl.ConfigError, match="one worker process per device"):
+        bdl.fit(bound, device=["cpu", "cpu"], executor="ray", **options)
+    if not torch.cuda.is_available():
+        with pytest.raises(bdl.BackendError, match="finds no 'cuda' devices"):
+            bdl.fit(bound, device="cuda:*", **options)
 
 
 # -- VI: num_chains independent fits -------------------------------------------------------------
@@ -302,7 +338,7 @@ def test_each_vi_fit_cuts_its_own_lr_on_its_plateau(backend):
     per-fit scale of the run's rates), so the first fit cuts where the one fit of the same seed
     cuts and draws what it draws, and the second cuts at its own steps."""
     options = dict(backend=backend, method="vi", num_steps=800, lr=0.05, batch_size=20,
-                   num_samples=100, progress=False, schedule="plateau", plateau_patience=1)
+                   num_samples=100, progress=False, schedule="plateau", plateau_patience=1)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         one = bdl.fit(mean_model(Y), **options)

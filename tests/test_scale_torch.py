@@ -78,8 +78,8 @@ def test_two_gloo_processes_draw_what_one_process_draws():
 
 def test_data_parallel_torch_outside_a_process_group_says_how_to_start_one(monkeypatch):
     """Without torch.distributed's launcher variables (and no process group) the fit is
-    refused, naming torchrun and the number of processes; a list of devices for chains is
-    refused as before, naming what spreads chains."""
+    refused, naming torchrun and the number of processes; one device with shard="data" is
+    the unsplit fit. (A list of devices for chains: tests/test_scale.py.)"""
     if dist.is_initialized():  # pragma: no cover - a test session run under torchrun
         pytest.skip("this process is in a process group")
     for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

@@ -1,20 +1,34 @@
 """SVRG control variates for SG-MCMC (``control_variate="svrg"``; Dubey et al. 2016) against the
 exact posterior of a conjugate linear regression.
 
-The data have the shape of the diabetes regression (442 rows, 10 standardised, mildly correlated
-inputs; no copy of that data set ships with the project, so they are drawn here with a fixed
-seed), the noise is known, and the posterior of ``w`` is Gaussian in closed form (Bishop 2006,
-Eqs. 3.53-3.54). Plain SGLD with minibatches of 20 overestimates the posterior variances: the
-minibatch gradient's noise adds to the injected noise. SVRG's gradient cancels most of it.
+The statistical test runs on the diabetes regression (Efron et al. 2004; 442 patients, 10
+inputs, shipped in models/data/diabetes and read by
+:func:`ppl_bdl.models.regression.load_diabetes`, inputs and target standardised) with the noise
+known, σ = 0.7 (the least-squares residual sd, 0.694), so the posterior of ``w`` is Gaussian in
+closed form (Bishop 2006, Eqs. 3.53-3.54). Plain SGLD with minibatches of 20 overestimates the
+posterior's variance: the minibatch gradient's noise adds to the injected noise, most along the
+stiff directions of the posterior (where h N λ / (2B) is not small). SVRG's gradient cancels
+most of it.
 
-The error measure is the mean relative error of the marginal variances,
-E = mean_i |v̂_i / Σ_ii − 1|, where v̂_i = mean over draws of (w_i − μ_i)² (centred on the exact
-mean, so unbiased for the chain's variance). Its Monte Carlo standard error is at most
-mean_i se_i, se_i = sd(z_i) / sqrt(ESS(z_i)) / Σ_ii for z_i = (w_i − μ_i)². Measured (NumPyro,
-seed 1): plain SGLD E ≈ 1.3, SVRG E ≈ 0.13, where the exact-gradient chain's own discretisation
-error at this step size (its stationary covariance 2 (P (2I − hP))⁻¹ for the posterior precision
-P) accounts for most of the latter. The test asks for a factor of 3 between them, beyond four
-combined standard errors, and for SVRG's means within 4 MCSE of the exact ones (marked slow).
+The error measure is the mean relative error of the variances along the eigenvectors u_j of the
+posterior precision P (eigenvalues λ_j), E = mean_j |v̂_j λ_j − 1|, v̂_j = mean over draws of
+(u_j·(w − μ))² (centred on the exact mean, so unbiased for the chain's variance), over the
+directions whose relaxation time 1/(h λ_j) is under 100 steps: 8 of 10. The other two are the
+directions of the near-collinear serum measurements (s1, s2, s4: the smallest eigenvalues of
+the inputs' correlation are 0.009 and 0.08), with relaxation times of 140 and 1,150 steps: the
+run's 40,000 draws give them an effective sample size of 30-200, too few to measure a variance
+to 10% (both chains put them at 0.95-1.08 of the exact). E's Monte Carlo standard error is at
+most mean_j se_j, se_j = sd(z_j) / sqrt(ESS(z_j)) for z_j = λ_j (u_j·(w − μ))². Measured
+(NumPyro, seed 1): plain SGLD E = 0.85 (se 0.035; the stiffest direction's variance 4.7x the
+exact), SVRG E = 0.095 (se 0.028), of which the exact-gradient chain's own discretisation
+error at this step (its stationary covariance 2 (P (2I − hP))⁻¹: 1.02-1.22x along these
+directions) is most. The test asks for a factor of 3 between them, beyond four combined
+standard errors, and for SVRG's means within 4 MCSE of the exact ones (marked slow).
+
+The quick tests use synthetic data of the diabetes regression's shape (442 rows, 10
+standardised, mildly correlated inputs, σ = 0.5), whose posterior is well conditioned: a
+chain at temperature 0 reaches its mode in a few hundred steps, which the diabetes posterior's
+collinear directions (1/(h λ) = 1,150 steps) would not allow.
 At temperature 0 (SGD) the comparison is exact: SVRG reaches the posterior mode, SGD does not.
 """
 
@@ -26,11 +40,20 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.models.regression import conjugate_posterior, linear_regression_known_noise
+from ppl_bdl.models.regression import (
+    conjugate_posterior,
+    linear_regression_known_noise,
+    load_diabetes,
+)
 
 NOISE, STEP, BATCH = 0.5, 1e-4, 20
+#: The diabetes regression's known noise (its least-squares residual sd: 0.694).
+DIABETES_NOISE = 0.7
 #: SVRG's variance error is below plain SGLD's by this factor (beyond 4 combined MCSE).
 FACTOR = 3.0
+#: The directions of the posterior whose relaxation time 1 / (h λ) is below this many steps
+#: enter the error measure (see the module docstring).
+RELAXATION = 100
 
 
 def _data():
@@ -44,32 +67,34 @@ def _data():
 
 
 def _variance_error(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
-    """E and an upper bound on its Monte Carlo standard error; ``w`` (chain, draw, d)."""
+    """E and an upper bound on its Monte Carlo standard error (the module docstring); ``w``
+    (chain, draw, d)."""
+    lam, vectors = np.linalg.eigh(np.linalg.inv(cov))
+    keep = 1.0 / (STEP * lam) < RELAXATION
+    z = ((w - mean) @ vectors) ** 2 * lam
     errors, ses = [], []
-    for i, v in enumerate(np.diag(cov)):
-        z = (w[..., i] - mean[i]) ** 2 / v
-        errors.append(abs(z.mean() - 1.0))
-        ses.append(z.std() / np.sqrt(float(az.ess(z, method="mean"))))
+    for j in np.nonzero(keep)[0]:
+        errors.append(abs(z[..., j].mean() - 1.0))
+        ses.append(z[..., j].std() / np.sqrt(float(az.ess(z[..., j], method="mean"))))
     return float(np.mean(errors)), float(np.mean(ses))
 
 
-def _fit(backend, control_variate):
-    X, y = _data()
+def _fit(backend, control_variate, X, y):
     post = bdl.fit(
-        linear_regression_known_noise(X, y, noise=NOISE), backend=backend, method="sgld",
-        step_size=STEP, batch_size=BATCH, control_variate=control_variate, num_warmup=500,
-        num_samples=4000, num_chains=2, seed=1, progress=False,
+        linear_regression_known_noise(X, y, noise=DIABETES_NOISE), backend=backend,
+        method="sgld", step_size=STEP, batch_size=BATCH, control_variate=control_variate,
+        num_warmup=500, num_samples=20_000, num_chains=2, seed=1, progress=False,
     )  # fmt: skip
     return post.samples["w"].astype(np.float64), post
 
 
-@pytest.mark.slow  # two fits of 9,000 steps per backend (about 20 s of CPU on torch)
-@pytest.mark.filterwarnings("ignore::UserWarning")  # the ESS checks of a short run
-def test_svrg_sgld_matches_the_conjugate_posterior_better_than_sgld(backend):
-    X, y = _data()
-    mean, cov = conjugate_posterior(X, y, NOISE, 1.0)
-    w_plain, _ = _fit(backend, None)
-    w_svrg, post = _fit(backend, "svrg")
+@pytest.mark.slow  # two fits of 2 x 20,500 steps per backend
+@pytest.mark.filterwarnings("ignore::UserWarning")  # the ESS checks of the collinear directions
+def test_svrg_sgld_matches_the_diabetes_posterior_better_than_sgld(backend):
+    X, y = load_diabetes()
+    mean, cov = conjugate_posterior(X, y, DIABETES_NOISE, 1.0)
+    w_plain, _ = _fit(backend, None, X, y)
+    w_svrg, post = _fit(backend, "svrg", X, y)
     assert post.settings["anchor_period"] == -(-442 // BATCH)  # one epoch
     plain, plain_se = _variance_error(w_plain, mean, cov)
     svrg, svrg_se = _variance_error(w_svrg, mean, cov)

@@ -100,8 +100,10 @@ class Amortized:
                 f"{type(encoder).__name__}. It maps a batch of inputs to [mu, rho], sigma = softplus(rho)."
             )
         sites = [sites] if isinstance(sites, str) else list(sites)
-        if not sites or not all(isinstance(s, str) and s for s in sites) or len(set(sites)) < len(
-            sites
+        if (
+            not sites
+            or not all(isinstance(s, str) and s for s in sites)
+            or len(set(sites)) < len(sites)
         ):
             raise ConfigError(
                 f"Amortized: sites must be a non-empty list of distinct site names (the local "
@@ -192,14 +194,18 @@ class AmortizedGuide(Guide):
     def global_noise_size(self) -> int:
         return 0 if self.global_guide is None else int(np.prod(self.global_guide.noise_shape(1)))
 
-    def global_draw(self, params: dict, eps) -> tuple[Any, Any]:
-        """One draw θ_g (d_g,) of the global sites from flat noise ``eps`` and its log q."""
+    def global_draw(self, params: dict, eps, path: bool = False) -> tuple[Any, Any]:
+        """One draw θ_g (d_g,) of the global sites from flat noise ``eps`` and its log q (with
+        ``path``, at the global guide's parameters held constant: the path derivative)."""
         if self.global_guide is None:
             return self.m.zeros((0,)), 0.0
         gparams, _ = self.split_params(params)
         theta, log_q = self.global_guide.transform(
             gparams, self.m.reshape(eps, self.global_guide.noise_shape(1))
         )
+        if path:  # Roeder et al. 2017, Eq. 8
+            fixed = {k: self.m.stop_gradient(v) for k, v in gparams.items()}
+            log_q = self.global_guide.log_prob(fixed, theta)
         return theta[0], log_q[0]
 
     def local_sites(self, z) -> dict[str, Any]:

@@ -264,7 +264,7 @@ class FittedGuide:
 
 _NOT_AMORTIZED = (
     "{what} needs an amortized guide, whose encoder maps a point to q(z|x): fit with "
-    "guide=guides.Amortized(encoder, sites=[...]) (docs/amortized.md). This posterior's guide is "
+    "guide=guides.Amortized(encoder, sites=[...]) (docs/inference.md, Amortized inference). This posterior's guide is "
     "{name!r}, with no encoder."
 )
 

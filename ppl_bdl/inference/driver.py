@@ -18,9 +18,11 @@ array a kept step keeps. :func:`run_chains` runs it:
   plateau, share one compiled program) times its schedule evaluated in the step at the step
   counter the loop carries (a per-step rate read from an input array cost XLA's CPU runtime
   more than a toy step's own work: docs/benchmarks.md);
-- stopping at the first step whose ``info`` holds a non-finite number (the potential, a
-  gradient norm, the loss), with that step and chain and the state before it (the backend's
-  loop finds both), or at Ctrl-C, keeping the draws and the state of the chunks before;
+- stopping at the first step whose ``info`` (the potential, a gradient norm, the loss) or new
+  state holds a non-finite number, with that step and chain and the state before it (the
+  backend's loop finds both; a compiled loop may check only the state between kept steps,
+  whose infos nobody reads, and find the step by running the chunk again), or at Ctrl-C,
+  keeping the draws and the state of the chunks before;
 - on several devices (``fit(..., device=[...])``), with every array the loop reads handed to
   :meth:`Backend.place` with its chain and batch axes named: chains split over the devices
   (the vectorised group padded to a multiple of the device count with copies of its last
@@ -41,6 +43,7 @@ import numpy as np
 
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError
+from .group_run import Failure, GroupPart, GroupRun
 from .spread import chain_padding, check_spread, group_scale
 
 __all__ = ["Batch", "Rates", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
@@ -82,16 +85,6 @@ class RunPlan:
     @property
     def num_steps(self) -> int:
         return len(self.keep)
-
-
-@dataclass
-class Failure:
-    """Where a run stopped early: the step, the chains affected, and why ("nonfinite" or
-    "interrupted")."""
-
-    step: int
-    chains: list[int]
-    reason: str
 
 
 @dataclass
@@ -144,11 +137,6 @@ def plan_run(
     return RunPlan(keep, chunk, rows)
 
 
-def chain_seed(seed: int, chain: int) -> int:
-    """The integer seed of chain ``chain`` (its random key and its minibatch order)."""
-    return int(seed) * 1_000_003 + int(chain)
-
-
 def run_chains(
     backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
     batches: Callable[[int], Any], name: str, rates: Rates | None = None,
@@ -173,16 +161,19 @@ def run_chains(
     check_spread(backend, vectorised, made[chains[0]], name)
     pad = chain_padding(backend, len(chains)) if vectorised else 0
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
-    runner = _runner(backend, transition, vectorised, None if rates is None else rates.unit)
+    run = GroupRun(backend, transition,
+                    _runner(backend, transition, vectorised, None if rates is None else rates.unit),
+                    seed, plan, data, vectorised, trace, first_step, pad, bar)  # fmt: skip
     parts, failure, states = [], None, []
     try:
         for g, group in enumerate(groups):
-            rows = np.stack([positions[chains.index(c)] for c in group])
-            start = None if resume is None else resume[g]
-            scale = 1.0 if rates is None else group_scale(rates.scale, chains, group, pad)
-            part = _run_group(backend, transition, runner, rows, group, seed, plan, data,
-                              [made[c] for c in group], scale, vectorised, bar, trace,
-                              first_step, pad, start)  # fmt: skip
+            part = run(
+                group,
+                np.stack([positions[chains.index(c)] for c in group]),
+                [made[c] for c in group],
+                1.0 if rates is None else group_scale(rates.scale, chains, group, pad),
+                None if resume is None else resume[g],
+            )
             parts.append(part)
             failure = part.failure
             states.append(part.final_state)
@@ -205,105 +196,7 @@ def _runner(be, transition: Transition, vectorised: bool, unit):
     return runners[be, vectorised, unit]
 
 
-@dataclass
-class _Part:
-    """One group's result: per chain of the group, its kept draws, their infos and every
-    step's infos."""
-
-    draws: list
-    infos: list
-    step_infos: list
-    final_state: Any
-    failure: Failure | None
-
-
-def _run_group(be, transition, runner, positions, group, seed, plan, data, batches, scale,
-               vectorised, bar, trace, first_step, pad=0, state=None) -> _Part:  # fmt: skip
-    """One group's chunks; ``pad`` copies of its last chain make the group a multiple of the
-    devices its chains are split over (their results are dropped); ``state``: go on from it."""
-    with be.scope(), be.activate():
-        keys = [be.random.split(be.random.key(chain_seed(seed, c))) for c in group]
-        keys += keys[-1:] * pad
-        if state is None:
-            starts = list(positions) + [positions[-1]] * pad
-            states = [transition.init(k[0], be.asarray(p), data)
-                      for k, p in zip(keys, starts, strict=True)]  # fmt: skip
-            state = states[0]
-            if vectorised:
-                state = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
-        state = be.place(state, chain_axis=0 if vectorised else None)
-        chain_keys = [k[1] for k in keys]
-        # What every step reads unchanged: the data (init ran on the first device; the loop
-        # reads it everywhere), the rates' scale, the chains' keys.
-        scale = be.place(be.asarray(scale), chain_axis=0 if np.ndim(scale) else None)
-        chain_keys = be.math.stack(chain_keys) if vectorised else chain_keys[0]
-        inputs = (be.place(data), scale,
-                  be.place(chain_keys, chain_axis=0 if vectorised else None))  # fmt: skip
-    rows, kept_infos, step_infos = [], [], []
-    failure = None
-    for start in range(0, plan.num_steps, plan.chunk):
-        steps = min(plan.chunk, plan.num_steps - start)
-        keep = plan.keep[start : start + steps]
-        try:
-            with be.scope(), be.activate():
-                xs = _inputs(be, plan.chunk, steps, batches, vectorised, pad)
-                padded = np.zeros(plan.chunk, bool)
-                padded[:steps] = keep
-                result = runner(state, xs, inputs, padded, steps, first_step + start, plan.rows,
-                                trace)  # fmt: skip
-        except KeyboardInterrupt:
-            failure = Failure(start, group[:1], "interrupted")
-            break
-        state = result.state
-        if result.rows is not None:
-            rows.append(result.rows)
-            if trace:
-                ran = steps if result.failed_at < 0 else result.failed_at
-                kept_infos.append({k: v[keep[:ran]] for k, v in result.infos.items()})
-            else:
-                kept_infos.append(result.infos)
-        if trace:
-            step_infos.append(result.infos)
-        if result.failed_at >= 0:
-            step = start + result.failed_at
-            bad = _failed_chains(result.failed_info, vectorised)
-            named = sorted({group[min(i, len(group) - 1)] for i in bad}, key=group.index)
-            failure = Failure(step, named or group[:1], "nonfinite")
-            if step >= 1 and plan.keep[step - 1]:  # its position is where U is not finite
-                _drop_last_row(rows, kept_infos)
-            break
-        if bar is not None:
-            bar.update(steps * len(group))
-    return _Part(*_per_chain(rows, kept_infos, step_infos, len(group), vectorised), state, failure)
-
-
-def _drop_last_row(rows: list, kept_infos: list) -> None:
-    while rows and len(rows[-1]) == 0:
-        rows.pop()
-        kept_infos.pop()
-    if rows:
-        rows[-1] = rows[-1][:-1]
-        kept_infos[-1] = {k: v[:-1] for k, v in kept_infos[-1].items()}
-
-
-def _per_chain(rows, kept_infos, step_infos, chains: int, vectorised: bool):
-    """Each chain's draws, kept infos and step infos, joined over the chunks."""
-
-    def join(parts, i):
-        if not parts or not parts[0]:
-            return {}
-        return {k: np.concatenate([p[k][:, i] if vectorised else p[k] for p in parts])
-                for k in parts[0]}  # fmt: skip
-
-    draws = [
-        np.concatenate([r[:, i] if vectorised else r for r in rows]) if rows else np.zeros((0,))
-        for i in range(chains)
-    ]
-    return (draws, [join(kept_infos, i) for i in range(chains)],
-            [join(step_infos, i) for i in range(chains)])  # fmt: skip
-
-
-def _collect(parts: list[_Part], final, failure) -> RunResult:
+def _collect(parts: list[GroupPart], final, failure) -> RunResult:
     draws = [d for p in parts for d in p.draws]
     infos = [i for p in parts for i in p.infos]
     traced = [t for p in parts for t in p.step_infos]
@@ -318,19 +211,6 @@ def _collect(parts: list[_Part], final, failure) -> RunResult:
         n = min(len(next(iter(t.values()))) for t in traced)
         result.step_infos = {k: np.stack([t[k][:n] for t in traced]) for k in traced[0]}
     return result
-
-
-def _failed_chains(info: dict | None, vectorised: bool) -> list[int]:
-    """The chains whose info is not finite at the failed step."""
-    bad = None
-    for value in (info or {}).values():
-        value = np.asarray(value)
-        if not np.issubdtype(value.dtype, np.floating):
-            continue
-        row = value.reshape(value.shape[0], -1) if vectorised else value.reshape(1, -1)
-        finite = np.isfinite(row).all(axis=1)
-        bad = ~finite if bad is None else bad | ~finite
-    return [] if bad is None else [int(i) for i in np.flatnonzero(bad)]
 
 
 def _loop_step(be, transition: Transition, vectorised: bool, unit):
@@ -354,23 +234,6 @@ def _loop_step(be, transition: Transition, vectorised: bool, unit):
             return one(state, chain_keys, idx, rate, data, t)
 
     return step
-
-
-def _inputs(be, length: int, steps: int, batches, vectorised: bool, pad: int = 0) -> dict:
-    """A chunk's per-step inputs, padded to the compiled ``length``: the minibatch indices
-    (nothing for full-batch steps; a step's key is its chain's key folded with the step's
-    number, in the step), placed on the fit's devices (the ``pad`` chains past ``batches``
-    read the last chain's indices)."""
-    xs = {}
-    if batches[0] is not None:
-        blocks = [b.next_block(steps) for b in batches]  # (steps, B) per chain
-        blocks += blocks[-1:] * pad
-        idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
-        idx[:steps] = np.stack(blocks, axis=1)
-        idx = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
-        xs["idx"] = be.place(idx, chain_axis=1 if vectorised else None,
-                             batch_axis=2 if vectorised else 1)  # fmt: skip
-    return xs
 
 
 def progress_bar(total: int, name: str):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from .driver import chain_seed
+from .group_run import chain_seed
 
 
 def fit_seed(seed: int, fit: int) -> int:
