@@ -35,10 +35,11 @@ def pytest_configure(config):
         # JAX's default float32 matmul on recent NVIDIA GPUs is TF32 (about 3 digits): the tests
         # check values against float64 references, so they ask for full float32.
         jax.config.update("jax_default_matmul_precision", "highest")
-    # XLA compilation dominates short NumPyro runs; a session-local persistent cache lets the
-    # second fit of an identical model (reproducibility checks, the second sequential chain) reuse
-    # the first one's executable. Opt out with PPL_BDL_TEST_JAX_CACHE=0.
-    if os.environ.get("PPL_BDL_TEST_JAX_CACHE", "1") == "0":
+    # A session-local persistent compilation cache lets the second fit of an identical model reuse
+    # the first one's executable. Opt in with PPL_BDL_TEST_JAX_CACHE=1: off by default, because
+    # JAX 0.10's cache write crashed the interpreter (SIGSEGV in put_executable_and_time) in a CI
+    # run of this suite.
+    if os.environ.get("PPL_BDL_TEST_JAX_CACHE", "0") != "1":
         return
     if importlib.util.find_spec("jax") is None:
         return
