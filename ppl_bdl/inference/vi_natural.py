@@ -172,13 +172,11 @@ def natural_options(optimizer: Any, run_opts: dict) -> bool:
 def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
     """The natural-gradient transition of a VI run (a :class:`~ppl_bdl.inference.vi.VIRun`
     being set up): its settings checked (:class:`NaturalConfig`), and on a full batch with
-    curvature "ggn" the plate whose points give the per-example gradients."""
+    curvature "ggn" the plate whose points give the per-example gradients. Each fit starts from
+    its own position (the run's packed start, unpacked by ``run.param_layout``)."""
     setup, objective, minibatch = run.setup, run.objective, run.minibatch
     has_model_params, batch_size = run.model_params is not None, run.batch_size
     potential, kl, initial, data = run._potential, run.kl, run._initial, run.density.data
-    """The natural-gradient transition of a VI run: its settings checked (:class:`NaturalConfig`),
-    and on a full batch with curvature "ggn" the plate whose points give the per-example
-    gradients."""
     plates = setup.trace.observed_plates
     config = NaturalConfig.build(
         optimizer, spec, objective, has_model_params,
@@ -199,7 +197,8 @@ def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
             )
         plate, size = minibatch_plate(setup, config.num_data)
         all_idx = be.asarray(np.arange(size), "int")
-    return natural_transition(config, be, potential, plate, kl, initial, example_idx, data, all_idx)
+    return natural_transition(config, be, potential, plate, kl, initial, example_idx, data, all_idx,
+                              run.param_layout.unpack)  # fmt: skip
 
 
 def natural_transition(
