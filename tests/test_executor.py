@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -186,7 +187,24 @@ def _faulty(bound, group, options):
     return _draws(group)
 
 
+def test_a_module_level_model_pickles_by_reference(monkeypatch):
+    """How a job reaches a worker process where cloudpickle is not installed (a fresh install):
+    ``@bdl.model`` at a module's top level pickles by reference, as a function does (the
+    module's name holds the model, so its function cannot be found under that name)."""
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # import cloudpickle fails
+    bound = pickle.loads(process_executor._dumps(regression(*_data())))
+    assert bound.model is regression
+    np.testing.assert_array_equal(bound.args[0], _data()[0])
+
+    def local(y):
+        bdl.sample("y", dist.Normal(0.0, 1.0), obs=y)
+
+    with pytest.raises((pickle.PicklingError, AttributeError), match="local"):
+        pickle.dumps(bdl.model(local))  # a model made inside a function: by value, as pickle can
+
+
 def _workers(monkeypatch, tmp_path, mode: str, retries: int = 0):
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # plain pickle, as on a fresh install
     monkeypatch.setenv("FAULT", mode)
     monkeypatch.setenv("FAULT_MARKER", str(tmp_path / "died"))
     job = ChainJob(regression(*_data()), [0, 1, 2, 3], {}, _faulty)
