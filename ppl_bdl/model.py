@@ -17,8 +17,6 @@ Example
 from __future__ import annotations
 
 import functools
-import importlib
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -51,30 +49,8 @@ class Model:
         function and name; the compiled programs are rebuilt where it runs."""
         return {**self.__dict__, "compiled": {}}
 
-    def __reduce_ex__(self, protocol):
-        """Pickled by reference, as pickle sends a function, where the model is the module-level
-        name its function was defined under (``@bdl.model`` at a module's top level: that name
-        holds the model, so the function itself cannot be found under it); otherwise by value
-        (its function and name), which cloudpickle extends to a script's or notebook's models."""
-        module, qualname = getattr(self.fn, "__module__", None), getattr(self.fn, "__qualname__", "")
-        if module not in (None, "__main__") and "<locals>" not in qualname:
-            found: Any = sys.modules.get(module)
-            for part in qualname.split("."):
-                found = getattr(found, part, None)
-            if found is self:
-                return _model_named, (module, qualname)
-        return super().__reduce_ex__(protocol)
-
     def __repr__(self) -> str:
         return f"<ppl_bdl.Model {self.name}>"
-
-
-def _model_named(module: str, qualname: str) -> Model:
-    """The model a pickle names by reference (:meth:`Model.__reduce_ex__`), imported."""
-    found: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found
 
 
 def model(fn: Callable) -> Model:

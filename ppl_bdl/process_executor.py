@@ -36,7 +36,10 @@ DeviceExecutor(devices=['cpu', 'cpu'], max_retries=0)
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
+import importlib
+import io
 import os
 import pickle
 import signal
@@ -50,6 +53,7 @@ from . import backends
 from .errors import ConfigError, InferenceError
 from .executor import ChainJob, GroupResult, portable_options, run_detached, split_chains
 from .inference.driver import progress_bar
+from .model import Model
 
 #: Seconds between checks for finished workers (Ctrl-C is seen between them).
 POLL_SECONDS = 0.1
@@ -203,11 +207,38 @@ class _Worker:
 
 
 def _dumps(value) -> bytes:
+    """``value`` pickled for a worker: by cloudpickle where installed (a model defined in a
+    script or notebook goes by value); else by pickle, with each model a module's top level
+    defines sent by reference (:func:`_model_reference`)."""
     try:
-        import cloudpickle  # sends a model defined in a script or notebook by value
+        import cloudpickle
     except ImportError:
-        return pickle.dumps(value)
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer)
+        pickler.dispatch_table = {**copyreg.dispatch_table, Model: _model_reference}
+        pickler.dump(value)
+        return buffer.getvalue()
     return cloudpickle.dumps(value)
+
+
+def _model_reference(model: Model):
+    """A ``@bdl.model`` at a module's top level, as plain pickle can send it: by its module and
+    name, as pickle sends a function (that name holds the model, so pickle cannot find the
+    decorated function under it); any other model by value."""
+    module, name = getattr(model.fn, "__module__", None), getattr(model.fn, "__qualname__", "")
+    if module not in (None, "__main__") and "<locals>" not in name:
+        if _named(module, name, importing=False) is model:
+            return _named, (module, name)
+    return model.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
+
+
+def _named(module: str, name: str, importing: bool = True):
+    """The object ``module.name`` (a dotted name), the module imported when ``importing``;
+    None where it is not there."""
+    found = importlib.import_module(module) if importing else sys.modules.get(module)
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 def main(argv: list[str]) -> None:

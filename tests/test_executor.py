@@ -200,7 +200,7 @@ def test_a_module_level_model_pickles_by_reference(monkeypatch):
         bdl.sample("y", dist.Normal(0.0, 1.0), obs=y)
 
     with pytest.raises((pickle.PicklingError, AttributeError), match="local"):
-        pickle.dumps(bdl.model(local))  # a model made inside a function: by value, as pickle can
+        process_executor._dumps(bdl.model(local))  # made in a function: by value, as pickle can
 
 
 def _workers(monkeypatch, tmp_path, mode: str, retries: int = 0):
