@@ -91,11 +91,14 @@ class LatentLayout:
         return [s.name for s in self.slots]
 
     def unflatten(self, flat, backend=None) -> dict[str, Any]:
-        """Split a flat vector (or a batch of them, leading dims kept) into unconstrained sites.
+        """Split a flat vector (or a batch of them, leading dims kept) into unconstrained sites;
+        a tuple of per-site blocks (:meth:`blocks`) is named as it is, without a copy.
 
         With ``backend``, in one ``split`` op: on torch the gradient of slices is a full-size
         zero vector per site, summed (at the 784-400-400-10 net: most of a traced step's
         overhead); a split's gradient is one concatenation."""
+        if isinstance(flat, tuple | list):
+            return {s.name: block for s, block in zip(self.slots, flat, strict=True)}
         lead = tuple(flat.shape[:-1])
         if backend is not None and self.slots:
             pieces = backend.math.split(flat, [s.size for s in self.slots], axis=-1)
@@ -107,6 +110,22 @@ class LatentLayout:
             s.name: flat[..., s.offset : s.offset + s.size].reshape(lead + s.unconstrained_shape)
             for s in self.slots
         }
+
+    def blocks(self, flat, backend) -> tuple:
+        """One flat vector (one point) as a tuple of per-site blocks, each in its site's
+        unconstrained shape: how SG-MCMC kernels hold their position in ``fit``'s loop (the
+        model reads each site as it is, and its gradient comes back per site, with no slicing
+        or concatenation per step; :meth:`join` makes the flat row of a kept draw)."""
+        return tuple(self.unflatten(flat, backend)[s.name] for s in self.slots)
+
+    def join(self, blocks: tuple, backend) -> Any:
+        """The flat vector of a tuple of per-site blocks (the inverse of :meth:`blocks`; blocks
+        with leading dims, a batch of chains, give a batch of flat vectors)."""
+        parts = []
+        for s, block in zip(self.slots, blocks, strict=True):
+            lead = tuple(block.shape[: len(block.shape) - len(s.unconstrained_shape)])
+            parts.append(backend.math.reshape(block, lead + (s.size,)))
+        return backend.math.concatenate(parts, axis=-1)
 
     def flatten(self, unconstrained: dict[str, Any], backend) -> Any:
         parts = [backend.math.reshape(unconstrained[s.name], (-1,)) for s in self.slots]
@@ -146,12 +165,13 @@ def _inverse(site: SiteRecord, value, backend):
 class ModelDensity:
     """The model's potential energy and its replays, with the data's arrays passed explicitly.
 
-    U(θ) = −log p(θ, D) − log|J| for a flat unconstrained θ (:meth:`potential`), or for a dict of
-    unconstrained site values (:meth:`site_potential`). ``batch`` maps a plate name to minibatch
-    indices: the sites in that plate are scaled by N / |batch| (the chapter's Eq. 2.8), so U is
-    an unbiased estimate of the full-data potential. ``exclude`` leaves the named latent sites'
-    own log density out (see ``Evaluator``). The model's ``param`` values are ``params``, or
-    those passed per call (VI optimises them).
+    U(θ) = −log p(θ, D) − log|J| for a flat unconstrained θ or a tuple of per-site blocks
+    (:meth:`potential`), or for a dict of unconstrained site values (:meth:`site_potential`).
+    ``batch`` maps a plate name to minibatch indices: the sites in that plate are scaled by
+    N / |batch| (the chapter's Eq. 2.8), so U is an unbiased estimate of the full-data
+    potential. ``exclude`` leaves the named latent sites' own log density out (see
+    ``Evaluator``). The model's ``param`` values are ``params``, or those passed per call (VI
+    optimises them).
 
     ``data`` is the list of the bound data's arrays (:meth:`BoundModel.data_arrays`; the
     bound model's own by default): compiled loops pass it as an argument, so the data is never
@@ -215,9 +235,9 @@ class ModelDensity:
         return self.site_potential(self.layout.unflatten(flat, self.backend), data, batch, params)
 
     def value_and_grad(self, flat, data=None, batch=None, params=None):
-        """(U, ∇U) at a flat θ. (Differentiated through the flat vector: at a deep network's
-        size the gradient per site, concatenated, costs ~65% more on XLA's CPU backend; on a
-        small network it saves ~6%.)"""
+        """(U, ∇U) at θ, a flat vector (∇U flat) or a tuple of per-site blocks
+        (:meth:`LatentLayout.blocks`; ∇U in blocks, read and returned without slicing or
+        concatenating: the form SG-MCMC's loop uses)."""
         return self.backend.value_and_grad(lambda f: self.potential(f, data, batch, params))(flat)
 
     def replay(self, flat, data=None, log_likelihood: bool = True, batch=None, discrete=None):

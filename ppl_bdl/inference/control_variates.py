@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .. import blocks as bt
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError
 
@@ -91,13 +92,16 @@ def anchor_period(period: int | None, plate: tuple[str, int] | None, batch_size:
 
 def svrg_gradient(value_and_grad):
     """The SVRG estimate as a kernel's ``value_and_grad(position, anchored) -> (Ũ_B(θ), ĝ)``,
-    ``anchored`` an :class:`AnchoredBatch` (the potential is the minibatch's, as without)."""
+    ``anchored`` an :class:`AnchoredBatch` (the potential is the minibatch's, as without); the
+    position an array or a tuple of blocks (:mod:`ppl_bdl.blocks`)."""
 
     def estimate(position, anchored: AnchoredBatch):
         batch = Batch(anchored.batch.data, anchored.batch.indices)
         potential, grad = value_and_grad(position, batch)
         _, grad_at_anchor = value_and_grad(anchored.anchor, batch)
-        return potential, grad - grad_at_anchor + anchored.anchor_grad
+        return potential, bt.tree_map(
+            lambda g, ga, a: g - ga + a, grad, grad_at_anchor, anchored.anchor_grad
+        )
 
     return estimate
 

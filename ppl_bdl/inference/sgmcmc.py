@@ -239,9 +239,17 @@ def sgmcmc_transition(
 ) -> tuple[Transition, list]:
     """The per-chain transition of ``config``'s kernel and the data's arrays its steps read:
     ``init(key, position, data)``, ``step(key, state, batch, step_size)`` (the kernel's own
-    step), ``emit(state)``, the position."""
+    step), ``emit(state)``, the position.
+
+    Positions come in and go out flat. Inside, the position of a kernel registered with
+    ``blocks=True`` (and its velocity or preconditioner) is a tuple of per-site blocks
+    (:meth:`~ppl_bdl.layout.LatentLayout.blocks`): the model reads each site's block and its
+    gradient comes back per site, so a step copies nothing between a flat vector and the sites;
+    ``emit`` joins the blocks into the flat row, once per kept step. Other kernels step the flat
+    vector."""
     be = setup.backend
-    density = ModelDensity(setup.bound, be, setup.layout, setup.params)
+    layout = setup.layout
+    density = ModelDensity(setup.bound, be, layout, setup.params)
     plate_name = plate[0] if plate else None
     period = None
     if config.control_variate is not None:  # checked before the model is traced
@@ -254,23 +262,31 @@ def sgmcmc_transition(
 
     with be.scope(), be.activate():
         example_idx = be.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
-        example = (be.asarray(np.zeros(setup.layout.dim)), Batch(density.data, example_idx))
+        start = be.asarray(np.zeros(layout.dim))
+        start = layout.blocks(start, be) if config.entry.blocks else start
+        example = (start, Batch(density.data, example_idx))
         traced = be.trace(value_and_grad, example)
         if period is not None:  # the full data's gradient at the anchor, traced once more
-            full = be.trace(value_and_grad, (example[0], Batch(density.data, None)))
+            full = be.trace(value_and_grad, (start, Batch(density.data, None)))
             traced = svrg_gradient(traced)
         kernel = build_kernel(config.entry, config.kernel_options, value_and_grad=traced,
                               num_steps=num_steps, num_cycles=config.num_cycles)  # fmt: skip
     if period is not None:
-        return svrg_transition(be, kernel, full, period), density.data
+        inner = svrg_transition(be, kernel, full, period)
+    else:
+        inner = Transition(lambda key, position, data: kernel.init(position), kernel.step,
+                           lambda state: state["position"])  # fmt: skip
+
+    if not config.entry.blocks:
+        return inner, density.data
 
     def init(key, position, data):
-        return kernel.init(position)
+        return inner.init(key, layout.blocks(position, be), data)
 
     def emit(state):
-        return state["position"]
+        return layout.join(inner.emit(state), be)
 
-    return Transition(init, kernel.step, emit), density.data
+    return Transition(init, inner.step, emit), density.data
 
 
 def build_kernel(entry: KernelEntry, options: dict, **supplied):

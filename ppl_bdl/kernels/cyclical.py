@@ -12,6 +12,7 @@ Both are registered as cyclical (``register(..., cyclical=True)``): the driver g
 
 from __future__ import annotations
 
+from .. import blocks as bt
 from .. import math as bm
 from ..schedules import check_exploration, cyclical_exploring
 from .base import Kernel, ValueAndGrad
@@ -20,7 +21,7 @@ from .sghmc import make_sghmc_step, sghmc_init, sghmc_parameters
 from .sgld import check_temperature, langevin_update
 
 
-@register("csgld", cyclical=True)
+@register("csgld", cyclical=True, blocks=True)
 def csgld(
     value_and_grad: ValueAndGrad,
     *,
@@ -60,7 +61,7 @@ def csgld(
     exploration = check_exploration(exploration)
 
     def init(position):
-        return {"position": position, "count": bm.sum(position * 0.0)}
+        return {"position": position, "count": bt.scalar_zero(position)}
 
     def step(key, state, minibatch, step_size):
         exploring = cyclical_exploring(state["count"], num_steps, num_cycles, exploration)
@@ -69,7 +70,7 @@ def csgld(
         position = langevin_update(key, state["position"], grad, step_size, noise_scale)
         info = {
             "step_size": step_size,
-            "grad_norm": bm.norm(grad),
+            "grad_norm": bt.norm(grad),
             "potential": potential,
             "exploring": exploring * 1.0,
         }
@@ -78,7 +79,7 @@ def csgld(
     return Kernel(init, step)
 
 
-@register("csghmc", cyclical=True)
+@register("csghmc", cyclical=True, blocks=True)
 def csghmc(
     value_and_grad: ValueAndGrad,
     *,

@@ -12,15 +12,15 @@ so ``step_size`` acts like an RMSprop learning rate.
 
 from __future__ import annotations
 
+from .. import blocks as bt
 from .. import math as bm
-from .. import random as br
 from ..errors import ConfigError
 from .base import Kernel, ValueAndGrad
 from .registry import register
 from .sgld import check_temperature
 
 
-@register("psgld")
+@register("psgld", blocks=True)
 def psgld(
     value_and_grad: ValueAndGrad, temperature: float = 1.0, decay: float = 0.99,
     epsilon: float = 1e-5,
@@ -57,24 +57,26 @@ def psgld(
         raise ConfigError(f"epsilon (λ of pSGLD) must be > 0, got {epsilon!r}.")
 
     def init(position):
-        return {"position": position, "square_avg": bm.zeros_like(position)}
+        return {"position": position, "square_avg": bt.zeros_like(position)}
 
     def step(key, state, minibatch, step_size):
         position = state["position"]
         potential, grad = value_and_grad(position, minibatch)
-        square_avg = decay * state["square_avg"] + (1.0 - decay) * grad * grad
-        precond = 1.0 / (epsilon + bm.sqrt(square_avg))
-        noise = br.normal(key, tuple(position.shape))
-        position = (
-            position
-            - step_size * precond * grad
-            + bm.sqrt(2.0 * step_size * temperature * precond) * noise
+        square_avg = bt.tree_map(
+            lambda v, g: decay * v + (1.0 - decay) * g * g, state["square_avg"], grad
         )
+        precond = bt.tree_map(lambda v: 1.0 / (epsilon + bm.sqrt(v)), square_avg)
+        noise = bt.normal_like(key, position)
+
+        def update(p, g, e, c):
+            return p - step_size * c * g + bm.sqrt(2.0 * step_size * temperature * c) * e
+
+        position = bt.tree_map(update, position, grad, noise, precond)
         info = {
             "step_size": step_size,
-            "grad_norm": bm.norm(grad),
+            "grad_norm": bt.norm(grad),
             "potential": potential,
-            "preconditioner_mean": bm.mean(precond),
+            "preconditioner_mean": bt.mean(precond),
         }
         return {"position": position, "square_avg": square_avg}, info
 

@@ -27,23 +27,34 @@ from ..errors import ConfigError, one_of
 class KernelEntry:
     """A registry entry. ``kind`` is "native" (the backend's own NUTS/HMC) or "sgmcmc";
     ``cyclical``: an SG-MCMC kernel that runs on the cyclical schedule with an exploration stage
-    (its factory takes ``exploration``, β; the driver keeps draws in sampling stages only)."""
+    (its factory takes ``exploration``, β; the driver keeps draws in sampling stages only);
+    ``blocks``: ``fit``'s loop gives the kernel its position as a tuple of per-site blocks
+    (written with :mod:`ppl_bdl.blocks`), else as one flat vector."""
 
     name: str
     kind: str
     factory: Callable[..., Any] | None = None
     doc: str = ""
     cyclical: bool = False
+    blocks: bool = False
 
 
 _REGISTRY: dict[str, KernelEntry] = {}
 
 
-def register(name: str, *, kind: str = "sgmcmc", cyclical: bool = False, overwrite: bool = False):
+def register(
+    name: str, *, kind: str = "sgmcmc", cyclical: bool = False, blocks: bool = False,
+    overwrite: bool = False,
+):  # fmt: skip
     """Decorator: register an SG-MCMC kernel factory under ``name`` so ``fit(method=name)`` runs it.
 
     ``cyclical=True``: the kernel runs on the cyclical step-size schedule with an exploration
-    stage (cSGLD, cSGHMC); its factory must take ``exploration``.
+    stage (cSGLD, cSGHMC); its factory must take ``exploration``. ``blocks=True``: the kernel
+    is written with :mod:`ppl_bdl.blocks` (which treats a tuple of arrays and one array alike),
+    and ``fit``'s loop gives it its position as a tuple of per-site blocks, each in its site's
+    unconstrained shape: the model reads the sites and returns their gradients without a copy
+    between a flat vector and the sites each step. Without it (the default) the position is
+    one flat vector.
 
     Example
     -------
@@ -67,6 +78,8 @@ def register(name: str, *, kind: str = "sgmcmc", cyclical: bool = False, overwri
         raise ConfigError(f"kernel name must be a non-empty string, got {name!r}.")
     if kind not in ("native", "sgmcmc"):
         raise ConfigError(f"kernel kind must be 'native' or 'sgmcmc', got {kind!r}.")
+    if not isinstance(blocks, bool):
+        raise ConfigError(f"blocks must be True or False, got {blocks!r}.")
 
     def decorator(factory):
         if cyclical and "exploration" not in inspect.signature(factory).parameters:
@@ -80,7 +93,7 @@ def register(name: str, *, kind: str = "sgmcmc", cyclical: bool = False, overwri
                 "overwrite=True."
             )
         doc = (factory.__doc__ or "").strip()
-        _REGISTRY[name] = KernelEntry(name, kind, factory, doc, cyclical)
+        _REGISTRY[name] = KernelEntry(name, kind, factory, doc, cyclical, blocks)
         return factory
 
     return decorator

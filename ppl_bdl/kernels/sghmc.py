@@ -21,6 +21,7 @@ a cycle does not blow up a momentum accumulated at tiny steps.
 
 from __future__ import annotations
 
+from .. import blocks as bt
 from .. import math as bm
 from .. import random as br
 from ..errors import ConfigError
@@ -82,32 +83,50 @@ def sghmc_parameters(friction, momentum_decay, noise_estimate, temperature, mass
 
 
 def make_sghmc_step(friction, momentum_decay, noise_estimate, temperature, mass, resample_every):
-    """The SGHMC transition; ``noise_factor`` (0 or 1) lets cyclical variants switch noise off."""
+    """The SGHMC transition; ``noise_factor`` (0 or 1) lets cyclical variants switch noise off.
+    The position and velocity are an array or a tuple of blocks (:mod:`ppl_bdl.blocks`); a
+    diagonal ``mass`` (one entry per coordinate, flat) is split into the position's blocks."""
     mass_is_array = not isinstance(mass, float)
 
     def transition(key, state, value_and_grad, minibatch, step_size, noise_factor):
-        m = bm.asarray(mass) if mass_is_array else mass
         key_noise, key_resample = br.split(key)
         position, velocity = state["position"], state["velocity"]
         if resample_every is not None:  # r ~ N(0, M) is v = ε M⁻¹ r ~ N(0, η)
-            fresh = br.normal(key_resample, tuple(velocity.shape)) * bm.sqrt(step_size * 1.0)
-            velocity = bm.where(state["count"] % resample_every == 0, fresh, velocity)
-        if friction is not None:  # α = ε C M⁻¹ with ε = √(η M)
-            scale = bm.sqrt(step_size * m) / m
-            alpha, beta = friction * scale, noise_estimate * scale
+            fresh = bt.normal_like(key_resample, velocity)
+            redraw = state["count"] % resample_every == 0
+            velocity = bt.tree_map(
+                lambda f, v: bm.where(redraw, f * bm.sqrt(step_size * 1.0), v), fresh, velocity
+            )
+        if mass_is_array:
+            if len(mass) != bt.size(position):
+                raise ConfigError(
+                    f"mass has {len(mass)} entries, but the position has {bt.size(position)} "
+                    "unconstrained coordinates: pass one mass per coordinate, or a number."
+                )
+            masses = bt.split_like(bm.asarray(mass), position)
         else:
-            alpha, beta = momentum_decay, noise_estimate
+            masses = bt.tree_map(lambda _: mass, position)
         potential, grad = value_and_grad(position, minibatch)
-        noise = br.normal(key_noise, tuple(position.shape))
-        sd = bm.sqrt(2.0 * (alpha - beta) * step_size * temperature * noise_factor)
-        velocity = (1.0 - alpha) * velocity - step_size * grad + sd * noise
-        new = {"position": position + velocity, "velocity": velocity, "count": state["count"] + 1}
+        noise = bt.normal_like(key_noise, position)
+
+        def update(v, g, e, m):
+            if friction is not None:  # α = ε C M⁻¹ with ε = √(η M)
+                scale = bm.sqrt(step_size * m) / m
+                alpha, beta = friction * scale, noise_estimate * scale
+            else:
+                alpha, beta = momentum_decay, noise_estimate
+            sd = bm.sqrt(2.0 * (alpha - beta) * step_size * temperature * noise_factor)
+            return (1.0 - alpha) * v - step_size * g + sd * e
+
+        velocity = bt.tree_map(update, velocity, grad, noise, masses)
+        position = bt.tree_map(lambda p, v: p + v, position, velocity)
+        new = {"position": position, "velocity": velocity, "count": state["count"] + 1}
         info = {
             "step_size": step_size,
-            "grad_norm": bm.norm(grad),
+            "grad_norm": bt.norm(grad),
             "potential": potential,
             # ½ rᵀ M⁻¹ r with r = M v / ε and ε² = η M
-            "kinetic_energy": 0.5 * bm.sum(velocity * velocity) / step_size,
+            "kinetic_energy": 0.5 * bt.sum_squares(velocity) / step_size,
         }
         return new, info
 
@@ -117,12 +136,12 @@ def make_sghmc_step(friction, momentum_decay, noise_estimate, temperature, mass,
 def sghmc_init(position):
     return {
         "position": position,
-        "velocity": bm.zeros_like(position),
-        "count": bm.sum(position * 0.0),
+        "velocity": bt.zeros_like(position),
+        "count": bt.scalar_zero(position),
     }
 
 
-@register("sghmc")
+@register("sghmc", blocks=True)
 def sghmc(
     value_and_grad: ValueAndGrad,
     friction: float | None = None,

@@ -8,8 +8,8 @@ T < 1 a "cold" posterior p(θ | D)^(1/T)).
 
 from __future__ import annotations
 
+from .. import blocks as bt
 from .. import math as bm
-from .. import random as br
 from ..errors import ConfigError
 from .base import Kernel, ValueAndGrad
 from .registry import register
@@ -25,12 +25,14 @@ def check_temperature(temperature) -> float:
 
 
 def langevin_update(key, position, grad, step_size, noise_scale):
-    """θ − α g + √(2 α s) ε: the update SGLD and its variants share (s scales the noise)."""
-    noise = br.normal(key, tuple(position.shape))
-    return position - step_size * grad + bm.sqrt(2.0 * step_size * noise_scale) * noise
+    """θ − α g + √(2 α s) ε: the update SGLD and its variants share (s scales the noise); each
+    of them an array or a tuple of blocks (:mod:`ppl_bdl.blocks`), ε one flat draw split."""
+    noise = bt.normal_like(key, position)
+    scale = bm.sqrt(2.0 * step_size * noise_scale)
+    return bt.tree_map(lambda p, g, e: p - step_size * g + scale * e, position, grad, noise)
 
 
-@register("sgld")
+@register("sgld", blocks=True)
 def sgld(value_and_grad: ValueAndGrad, temperature: float = 1.0) -> Kernel:
     """SGLD (Welling and Teh, 2011): θ ← θ − α_t ∇Ũ(θ) + √(2 α_t T) ε (the chapter's Eq. 2.9).
 
@@ -61,7 +63,7 @@ def sgld(value_and_grad: ValueAndGrad, temperature: float = 1.0) -> Kernel:
     def step(key, state, minibatch, step_size):
         potential, grad = value_and_grad(state["position"], minibatch)
         position = langevin_update(key, state["position"], grad, step_size, temperature)
-        info = {"step_size": step_size, "grad_norm": bm.norm(grad), "potential": potential}
+        info = {"step_size": step_size, "grad_norm": bt.norm(grad), "potential": potential}
         return {"position": position}, info
 
     return Kernel(init, step)
