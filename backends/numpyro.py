@@ -115,6 +115,7 @@ class NumPyroBackend(BackendBase):
     name = "numpyro"
     extra = "numpyro"
     vectorized_chains = True
+    fuses_elementwise = True
 
     def __init__(self, precision: str = "float32", device=None, shard: str = "chains"):
         if shard not in SHARD_MODES:

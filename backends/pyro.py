@@ -135,6 +135,7 @@ class PyroBackend(BackendBase):
     name = "pyro"
     extra = "pyro"
     vectorized_chains = False
+    fuses_elementwise = False
 
     def __init__(self, precision: str = "float32", device=None, shard: str = "chains"):
         #: This process's part of a data-parallel fit (``shard="data"`` over a device list:

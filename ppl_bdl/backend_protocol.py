@@ -217,6 +217,11 @@ class Arrays(Protocol):
 class Autodiff(Protocol):
     #: Whether chains run side by side in one vectorised loop (else one after another).
     vectorized_chains: bool
+    #: Whether elementwise work over several arrays fuses into a few kernels (a compiled
+    #: program: XLA), so a position held as per-site blocks costs no more per step than one
+    #: flat vector and saves the flat vector's slices and concatenation; else (eager torch)
+    #: each op on each block is a dispatch of its own, and SG-MCMC keeps its position flat.
+    fuses_elementwise: bool
 
     def value_and_grad(self, fn: Callable, has_aux: bool = False) -> Callable: ...
     def grad(self, fn: Callable) -> Callable: ...

@@ -52,7 +52,7 @@ def register(
     stage (cSGLD, cSGHMC); its factory must take ``exploration``. ``blocks=True``: the kernel
     is written with :mod:`ppl_bdl.blocks` (which treats a tuple of arrays and one array alike),
     and ``fit``'s loop gives it its position as a tuple of per-site blocks, each in its site's
-    unconstrained shape: the model reads the sites and returns their gradients without a copy
+    unconstrained shape, on a backend that fuses elementwise work (``fuses_elementwise``: JAX): the model reads the sites and returns their gradients without a copy
     between a flat vector and the sites each step. Without it (the default) the position is
     one flat vector.
 

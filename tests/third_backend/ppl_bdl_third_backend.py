@@ -25,6 +25,7 @@ class DelegateBackend(BackendBase):
     name = "jaxdelegate"
     extra = "numpyro"
     vectorized_chains = True
+    fuses_elementwise = True
 
     def __init__(self, precision: str = "float32", device: str | None = None):
         self._ref = reference.NumPyroBackend(precision, device)  # its arrays and devices
