@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,40 @@ def pytest_unconfigure(config):
     shutil.rmtree(
         Path(tempfile.gettempdir()) / f"ppl_bdl_test_jax_cache_{os.getpid()}", ignore_errors=True
     )
+
+
+#: Memory maps a test process may hold before its compiled JAX programs are dropped. XLA's CPU
+#: backend maps about three regions per compiled program and keeps them while a jit cache holds
+#: the program; past Linux's vm.max_map_count (65530 by default) the next compile's mmap fails
+#: and XLA dies with SIGSEGV. One run of this suite compiles enough programs to get there (it
+#: crashed in test_interrupt.py, 45% of the way, in CI).
+MAX_MAPS = 20000
+
+
+def _memory_maps() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return maps.read().count(b"\n")
+    except OSError:  # not Linux: no such limit to keep under
+        return 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs_after_each_module():
+    """Every test module's JAX programs are dropped when it ends (``jax.clear_caches``): the
+    next module compiles its own, and the process keeps under vm.max_map_count."""
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+
+
+@pytest.fixture(autouse=True)
+def _drop_compiled_programs_past_the_limit():
+    """Inside a module that compiles many programs (the docstring examples): dropped after a
+    test that leaves the process above :data:`MAX_MAPS` memory maps."""
+    yield
+    if "jax" in sys.modules and _memory_maps() > MAX_MAPS:
+        sys.modules["jax"].clear_caches()
 
 
 @pytest.fixture(params=BACKENDS)
