@@ -181,6 +181,12 @@ def fit(
             "chains of an MCMC fit (NUTS, HMC, SG-MCMC) or an ensemble's members as tasks, and "
             "this method fits one approximation in one process. Leave executor out."
         )
+    if method in ("cavi", "vi") and chain_ids is not None:
+        raise ConfigError(
+            f"chain_ids={chain_ids!r} does not apply to method={method!r}: it picks which chains "
+            "of an MCMC fit (or members of an ensemble) a call runs, and this method's fits "
+            "(num_chains) run together in one call. Leave chain_ids out."
+        )
     if method == "ensemble":
         config = EnsembleConfig.build(**options)
         check_ensemble_call(num_chains, num_warmup, thinning, num_samples)

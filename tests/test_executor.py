@@ -49,20 +49,31 @@ def _fit(backend, **kw):
 
 def test_groups_of_chains_merge_into_the_run_in_one_process(backend):
     """One chain per group, one after another: the samples, stats, the pointwise
-    log-likelihood (joined when first read), settings and diagnostics of the whole run."""
+    log-likelihood (joined when first read), settings and diagnostics of the whole run.
+
+    Bit for bit where the backend runs chains one after another (Pyro); to float32 round-off
+    where it vectorises them (NumPyro: three chains side by side and one alone are two compiled
+    programs, which XLA may fuse differently; measured: 3 of 120 numbers 1 ulp apart)."""
     whole = _fit(backend, num_chains=3)
     grouped = _fit(backend, num_chains=3, executor=bdl.InProcessExecutor(chains_per_task=1))
+    vectorised = bdl.backends.get(backend).vectorized_chains
+    same = np.testing.assert_allclose if vectorised else np.testing.assert_array_equal
+    tolerance = dict(rtol=1e-5, atol=1e-6) if vectorised else {}
     for name in whole.samples:
-        np.testing.assert_array_equal(grouped.samples[name], whole.samples[name])
+        same(grouped.samples[name], whole.samples[name], **tolerance)
     for name in whole.sample_stats:
-        np.testing.assert_array_equal(grouped.sample_stats[name], whole.sample_stats[name])
+        same(grouped.sample_stats[name], whole.sample_stats[name], **tolerance)
     assert "over 3 parts" in repr(grouped.log_likelihood)
-    np.testing.assert_array_equal(grouped.log_likelihood["y"], whole.log_likelihood["y"])
-    assert grouped.settings == whole.settings and grouped.diagnostics == whole.diagnostics
+    same(grouped.log_likelihood["y"], whole.log_likelihood["y"], **tolerance)
+    assert grouped.settings == whole.settings
+    found = [(f.kind, f.sites) for f in grouped.diagnostics]
+    assert found == [(f.kind, f.sites) for f in whole.diagnostics]
+    for a, b in zip(grouped.diagnostics, whole.diagnostics, strict=True):
+        assert a.value == pytest.approx(b.value, rel=1e-4), (a, b)
     # what a worker sends back pickles; a bound model is pickled without its caches (its
     # function by value where Ray's cloudpickle sends it: tests/test_ray_executor.py)
     back = pickle.loads(pickle.dumps(detach(grouped)))
-    np.testing.assert_array_equal(back.log_likelihood["y"], whole.log_likelihood["y"])
+    np.testing.assert_array_equal(back.log_likelihood["y"], grouped.log_likelihood["y"])
     assert whole.model._converted and whole.model.model.compiled is not None
     assert whole.model.__getstate__()["_converted"] == {}
     assert whole.model.model.__getstate__()["compiled"] == {}
@@ -134,6 +145,8 @@ def test_ctrl_c_in_process_stops_at_the_group_it_interrupts(backend, monkeypatch
 def test_executor_settings_are_checked(monkeypatch):
     with pytest.raises(bdl.ConfigError, match="does not apply to method='vi'"):
         bdl.fit(regression(*_data()), method="vi", executor="ray")
+    with pytest.raises(bdl.ConfigError, match=r"chain_ids=\[1\] does not apply to method='vi'"):
+        bdl.fit(regression(*_data()), method="vi", chain_ids=[1])
     with pytest.raises(bdl.ConfigError, match="the one name an executor goes by is 'ray'"):
         _fit("numpyro", executor="dask")
     with pytest.raises(bdl.ConfigError, match="a run\\(job\\) method"):
