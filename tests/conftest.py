@@ -79,19 +79,11 @@ def _memory_maps() -> int:
         return 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _drop_compiled_programs_after_each_module():
-    """Every test module's JAX programs are dropped when it ends (``jax.clear_caches``): the
-    next module compiles its own, and the process keeps under vm.max_map_count."""
-    yield
-    if "jax" in sys.modules:
-        sys.modules["jax"].clear_caches()
-
-
 @pytest.fixture(autouse=True)
 def _drop_compiled_programs_past_the_limit():
-    """Inside a module that compiles many programs (the docstring examples): dropped after a
-    test that leaves the process above :data:`MAX_MAPS` memory maps."""
+    """JAX's compiled programs are dropped (``jax.clear_caches``) after a test that leaves the
+    process above :data:`MAX_MAPS` memory maps: a few times a run, so the process keeps under
+    vm.max_map_count; the persistent cache below gives the programs back cheaply."""
     yield
     if "jax" in sys.modules and _memory_maps() > MAX_MAPS:
         sys.modules["jax"].clear_caches()
