@@ -83,7 +83,7 @@ def _memory_maps() -> int:
 def _drop_compiled_programs_past_the_limit():
     """JAX's compiled programs are dropped (``jax.clear_caches``) after a test that leaves the
     process above :data:`MAX_MAPS` memory maps: a few times a run, so the process keeps under
-    vm.max_map_count; the persistent cache below gives the programs back cheaply."""
+    vm.max_map_count; the persistent compilation cache (pytest_configure) gives them back cheaply."""
     yield
     if "jax" in sys.modules and _memory_maps() > MAX_MAPS:
         sys.modules["jax"].clear_caches()
