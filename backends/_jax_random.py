@@ -1,5 +1,5 @@
-"""``fold_in`` for the NumPyro backend's loop: the same bits as ``jax.random.fold_in``, at a
-fraction of its cost on the CPU.
+"""``fold_in`` and ``normal`` for the NumPyro backend: the same bits as ``jax.random``'s, at a
+fraction of their cost on the CPU.
 
 Every step of a fit derives its key from its chain's key and its number (``fold_in(key, t)``).
 ``jax.random.fold_in`` hashes the pair ``(0, t)`` with Threefry-2x32 (Salmon et al. 2011,
@@ -10,12 +10,20 @@ same hash is written out round by round with public ``jax.numpy`` operations on 
 XLA fuses it into one scalar kernel (0.6 µs). The result is bit for bit ``jax.random.fold_in``'s
 for a raw ``uint32[2]`` key (tested); any other key falls back to JAX's own function.
 
+Each step's Gaussian noise (SG-MCMC's, a guide's draws) hashes one counter per element with
+the same rolled loop, five passes over the whole array. :func:`normal`, written out the same
+way, is one elementwise kernel: per draw of 751 normals (the UCI net) 11.9 → 5.9 µs, of 2.4 M
+(784-1200-1200-10) 26-29 → 12.6 ms, bit for bit ``jax.random.normal`` (tested).
+
 Example
 -------
 >>> import jax, numpy as np
->>> from ppl_bdl.backends._jax_random import fold_in
+>>> from ppl_bdl.backends._jax_random import fold_in, normal
 >>> key = jax.random.PRNGKey(0)
 >>> bool((np.asarray(fold_in(key, 7)) == np.asarray(jax.random.fold_in(key, 7))).all())
+True
+>>> draw = normal(key, (3, 4), np.float32)
+>>> bool((np.asarray(draw) == np.asarray(jax.random.normal(key, (3, 4), np.float32))).all())
 True
 """
 
@@ -59,3 +67,42 @@ def fold_in(key, data):
     data = jnp.asarray(data).astype(jnp.uint32)
     y0, y1 = threefry2x32(key[0], key[1], jnp.zeros_like(data), data)
     return jnp.stack([y0, y1])
+
+
+def normal(key, shape, dtype):
+    """``jax.random.normal(key, shape, dtype)``, bit for bit, for a raw ``uint32[2]`` key and
+    a 32- or 64-bit float; other keys and floats go to JAX's own function.
+
+    JAX's recipe (its default, "partitionable" Threefry): each element's counter is its flat
+    index as a 64-bit number split in two words, hashed under the key; a 32-bit draw is the
+    two output words' xor, a 64-bit one the two words side by side. The bits' top mantissa
+    bits under a unit exponent make a uniform on [1, 2), shifted to (-1, 1); the normal is
+    √2 erf⁻¹ of it. Written out, the hash and the transform fuse into one elementwise kernel
+    instead of a rolled loop of five iterations over the whole array."""
+    key, dtype = jnp.asarray(key), np.dtype(dtype)
+    if (key.dtype != jnp.uint32 or key.shape != (2,) or dtype not in _UNIT_BITS
+            or not jax.config.jax_threefry_partitionable):  # fmt: skip
+        return jax.random.normal(key, shape, dtype)
+    shape = tuple(shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if size >= 2**32:
+        return jax.random.normal(key, shape, dtype)
+    count = jax.lax.iota(jnp.uint32, size).reshape(shape)
+    high, low = threefry2x32(key[0], key[1], jnp.zeros_like(count), count)
+    if dtype == np.float32:
+        bits, uint = high ^ low, jnp.uint32
+    else:
+        uint = jnp.uint64
+        bits = (high.astype(uint) << np.uint64(32)) | low.astype(uint)
+    shift, one = _UNIT_BITS[dtype]
+    unit = jax.lax.bitcast_convert_type((bits >> uint(shift)) | uint(one), dtype) - dtype.type(1)
+    lowest = np.nextafter(dtype.type(-1), dtype.type(0), dtype=dtype)
+    uniform = jnp.maximum(lowest, unit * (dtype.type(1) - lowest) + lowest)
+    return dtype.type(np.sqrt(2)) * jax.lax.erf_inv(uniform)
+
+
+#: Per float: how far to shift the random bits to keep its mantissa's, and the bits of 1.0.
+_UNIT_BITS = {
+    np.dtype(np.float32): (32 - 23, np.float32(1).view(np.uint32)),
+    np.dtype(np.float64): (64 - 52, np.float64(1).view(np.uint64)),
+}

@@ -27,7 +27,7 @@ from ..errors import BackendError, DataError
 from . import _numpyro_dists as _dists
 from ._jax_loop import compile_loop
 from ._jax_math import make_math
-from ._jax_random import fold_in
+from ._jax_random import fold_in, normal
 from ._jax_shard import Placement
 from ._optax_optimizer import build_optimizer
 from .base import SHARD_MODES, BackendBase, NativeSettings, device_names, parse_device
@@ -55,7 +55,7 @@ class _Random:
         return fold_in(key, step)
 
     def normal(self, key, shape):
-        return jax.random.normal(key, tuple(shape), dtype=self._be.float_dtype)
+        return normal(key, shape, self._be.float_dtype)
 
     def uniform(self, key, shape, low=0.0, high=1.0):
         return jax.random.uniform(key, tuple(shape), self._be.float_dtype, low, high)

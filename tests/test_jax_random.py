@@ -1,4 +1,4 @@
-"""The NumPyro backend's ``fold_in`` (backends/_jax_random.py) draws JAX's own bits."""
+"""The NumPyro backend's ``fold_in`` and ``normal`` (backends/_jax_random.py) draw JAX's own bits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from ppl_bdl.backends._jax_random import fold_in, threefry2x32  # noqa: E402
+from ppl_bdl.backends._jax_random import fold_in, normal, threefry2x32  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", [0, 1, 12345, 2**31 - 1])
@@ -44,3 +44,38 @@ def test_other_keys_fall_back_to_jax():
         np.asarray(jax.random.key_data(fold_in(key, 3))),
         np.asarray(jax.random.key_data(jax.random.fold_in(key, 3))),
     )
+
+
+def _same_bits(a, b):
+    a, b = np.atleast_1d(np.asarray(a)), np.atleast_1d(np.asarray(b))
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (751,), (13, 50), (2, 3, 5)])
+@pytest.mark.parametrize("seed", [0, 7, 2**31 - 1])
+def test_normal_is_jax_normal_bit_for_bit(shape, seed):
+    key = jax.random.PRNGKey(seed)
+    ours = jax.jit(lambda k: normal(k, shape, np.float32))(key)
+    _same_bits(ours, jax.random.normal(key, shape, np.float32))
+    keys = jax.random.split(key, 3)  # chains' keys, vmapped as the loop does
+    _same_bits(jax.vmap(lambda k: normal(k, shape, np.float32))(keys),
+               jax.vmap(lambda k: jax.random.normal(k, shape, np.float32))(keys))  # fmt: skip
+
+
+def test_normal_in_float64_is_jax_normal_bit_for_bit():
+    with jax.enable_x64(True):
+        key = jax.random.PRNGKey(3)
+        for shape in [(), (5,), (4, 7)]:
+            _same_bits(normal(key, shape, np.float64), jax.random.normal(key, shape, np.float64))
+
+
+def test_normal_falls_back_where_it_would_differ():
+    """A typed key, a float it does not write out, and JAX's older (non-partitionable) Threefry
+    all go to ``jax.random.normal``."""
+    _same_bits(normal(jax.random.key(1), (4,), np.float32),
+               jax.random.normal(jax.random.key(1), (4,), np.float32))  # fmt: skip
+    key = jax.random.PRNGKey(1)
+    _same_bits(normal(key, (4,), jnp.bfloat16), jax.random.normal(key, (4,), jnp.bfloat16))
+    with jax.threefry_partitionable(False):
+        _same_bits(normal(key, (5,), np.float32), jax.random.normal(key, (5,), np.float32))
