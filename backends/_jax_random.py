@@ -81,7 +81,8 @@ def normal(key, shape, dtype):
     instead of a rolled loop of five iterations over the whole array."""
     key, dtype = jnp.asarray(key), np.dtype(dtype)
     if (key.dtype != jnp.uint32 or key.shape != (2,) or dtype not in _UNIT_BITS
-            or not jax.config.jax_threefry_partitionable):  # fmt: skip
+            or not jax.config.jax_threefry_partitionable
+            or (dtype.itemsize == 8 and not jax.config.jax_enable_x64)):  # fmt: skip
         return jax.random.normal(key, shape, dtype)
     shape = tuple(shape)
     size = int(np.prod(shape, dtype=np.int64))

@@ -79,3 +79,5 @@ def test_normal_falls_back_where_it_would_differ():
     _same_bits(normal(key, (4,), jnp.bfloat16), jax.random.normal(key, (4,), jnp.bfloat16))
     with jax.threefry_partitionable(False):
         _same_bits(normal(key, (5,), np.float32), jax.random.normal(key, (5,), np.float32))
+    with jax.enable_x64(False):  # float64 asked for without 64-bit JAX: JAX's float32 draw
+        _same_bits(normal(key, (5,), np.float64), jax.random.normal(key, (5,), np.float64))
