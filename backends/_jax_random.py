@@ -99,7 +99,14 @@ def normal(key, shape, dtype):
     unit = jax.lax.bitcast_convert_type((bits >> uint(shift)) | uint(one), dtype) - dtype.type(1)
     lowest = np.nextafter(dtype.type(-1), dtype.type(0), dtype=dtype)
     uniform = jnp.maximum(lowest, unit * (dtype.type(1) - lowest) + lowest)
-    return dtype.type(np.sqrt(2)) * jax.lax.erf_inv(uniform)
+    draw = dtype.type(np.sqrt(2)) * jax.lax.erf_inv(uniform)
+    # Made once: left to itself XLA fuses the cheap hash into every consumer of the draw (a
+    # guide's noise feeds a dozen kernels, some broadcast over the batch) and hashes each
+    # element many times. XLA never duplicates a floating division into several consumers,
+    # so the draw is divided by ones it cannot see are ones (an exact identity: 0 times a
+    # counter, a float XLA does not fold, plus 1).
+    ones = count.astype(dtype) * dtype.type(0) + dtype.type(1)
+    return draw / ones
 
 
 #: Per float: how far to shift the random bits to keep its mantissa's, and the bits of 1.0.
