@@ -144,6 +144,34 @@ def test_sgmcmc_stops_at_a_nan_potential(backend, method):
     assert np.all(partial.samples["x"] < 1.5)  # no draw from the NaN region is kept
 
 
+@bdl.model
+def steep_cliff():
+    """N(0, 1) where x < 1.5; beyond, a factor whose gradient is NaN: the update that lands
+    there makes the position NaN, and it stays NaN."""
+    x = bdl.sample("x", dist.Normal(0.0, 1.0))
+    bdl.factor("cliff", bm.where(x < 1.5, 0.0, bm.sqrt(1.5 - x)))
+
+
+def _failed_step(backend, num_warmup):
+    with pytest.raises(bdl.InferenceError, match="non-finite") as info:
+        bdl.fit(steep_cliff(), backend=backend, method="sgld", step_size=0.05,
+                num_warmup=num_warmup, num_samples=4000 - num_warmup, seed=0,
+                init={"x": -0.5}, progress=False)  # fmt: skip
+    message = str(info.value)
+    return int(message.split("at step ")[1].split()[0].rstrip(".,;:")), info.value.partial
+
+
+def test_a_failure_between_kept_steps_stops_at_its_own_step(backend):
+    """Warmup steps are kept by nobody, so they run lean (on JAX's CPU loop: nothing checked in
+    them; the state is checked at kept steps and at each chunk's end): a run whose position
+    breaks in warmup still stops at the step that broke it, the same step as when every step is
+    kept and checked."""
+    every, partial = _failed_step(backend, num_warmup=0)
+    lean, none = _failed_step(backend, num_warmup=3990)
+    assert lean == every < 3990 and none is None
+    assert partial is not None and np.all(partial.samples["x"] < 1.5)
+
+
 def test_vi_stops_at_a_nan_loss(backend):
     with pytest.raises(bdl.InferenceError, match="VI stopped at step") as info:
         bdl.fit(cliff(), backend=backend, method="vi", num_steps=500, lr=0.5, init_scale=2.0,
