@@ -54,6 +54,20 @@ def pytest_configure(config):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+#: Most test processes ``-n auto`` starts (pytest-xdist, in the default options): each holds its
+#: own JAX and torch, and XLA's thread pools take every core, so more than a few only crowd.
+MAX_WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one test process per core this process may run on, at most
+    :data:`MAX_WORKERS` (two on CI's two cores); each runs whole files (``--dist loadfile``), so
+    a module's fixtures (a local Ray cluster, a fitted model) are made once."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_WORKERS))
+
+
 def pytest_unconfigure(config):
     import shutil
     import tempfile
