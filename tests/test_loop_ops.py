@@ -39,14 +39,16 @@ import jax.numpy as jnp  # noqa: E402
 
 from ppl_bdl.backends._jax_loop import chunk_header  # noqa: E402
 from ppl_bdl.backends._jax_ops import body_kernels, float_gates  # noqa: E402
+from ppl_bdl.backends._jax_random import normal  # noqa: E402
 
 N, B, STEPS, ROWS = 200, 10, 50, 2
 #: Kernels per step ours may run beyond the lean hand-written step's (see the module docstring):
 #: its key's hash (the hand-written step reads a key split ahead). When this guard was set: ours
-#: 28, the hand-written step (per-layer blocks, as ours) 28, ours with the potential computed
-#: every step again 31 (and the gradient's norm too, 34). History: with a finite flag of the
-#: new state per lean step, ours 32 (the flag's reductions are four kernels here); with a flat
-#: position, before the blocks, ours 25 against a flat hand-written step's 23.
+#: 19, the hand-written step (per-layer blocks and the backend's Gaussian draw, as ours) 19,
+#: ours with the potential computed every step again 22. History: with JAX's own draw (a rolled
+#: loop) in both, ours 28 and hand-written 28; before that, with a finite flag of the new state
+#: per lean step, ours 32 (the flag's reductions are four kernels here); with a flat position,
+#: before the blocks, ours 25 against a flat hand-written step's 23.
 KERNEL_MARGIN = 1
 
 
@@ -89,8 +91,9 @@ def _ours(wrap=None, wrap_init=None):
 
 def _hand():
     """SGLD on the same network and data, written by hand as lean as it gets in the layout ours
-    holds (the position a tuple of per-layer blocks, one flat noise draw split into them):
-    ``jit(lax.scan)``, the gradient only (no potential), every step's key split ahead."""
+    holds (the position a tuple of per-layer blocks, one flat noise draw split into them, drawn
+    as the backend draws it): ``jit(lax.scan)``, the gradient only (no potential), every step's
+    key split ahead."""
     X, y = (jnp.asarray(a) for a in _data())
     shapes = [(8, 16), (16,), (16, 1), (1,)]
     sizes = [int(np.prod(s)) for s in shapes]
@@ -104,7 +107,7 @@ def _hand():
     def body(blocks, x, rate):
         key, idx = x
         g = jax.grad(potential)(blocks, idx)
-        flat = jax.random.normal(key, (sum(sizes),))
+        flat = normal(key, (sum(sizes),), np.float32)  # the backend's draw, as ours
         pieces = jnp.split(flat, np.cumsum(sizes)[:-1])
         noise = [p.reshape(s) for p, s in zip(pieces, shapes, strict=True)]
         scale = jnp.sqrt(2 * rate)
