@@ -12,8 +12,8 @@ for a raw ``uint32[2]`` key (tested); any other key falls back to JAX's own func
 
 Each step's Gaussian noise (SG-MCMC's, a guide's draws) hashes one counter per element with
 the same rolled loop, five passes over the whole array. :func:`normal`, written out the same
-way, is one elementwise kernel: per draw of 751 normals (the UCI net) 11.9 → 5.9 µs, of 2.4 M
-(784-1200-1200-10) 26-29 → 12.6 ms, bit for bit ``jax.random.normal`` (tested).
+way, is one elementwise kernel: per draw of 751 normals (the UCI net) 11.8-14.0 → 6.1 µs, of
+2.4 M (784-1200-1200-10) 30 → 14.5-14.9 ms, bit for bit ``jax.random.normal`` (tested).
 
 Example
 -------
