@@ -206,6 +206,58 @@ def test_vogn_steps_agree_across_backends(monkeypatch):
         np.testing.assert_allclose(params_a[k], params_b[k], rtol=1e-10, atol=1e-12)
 
 
+def test_per_point_gradients_are_vectorised_and_equal_the_loop(backend, recwarn):
+    """The per-example gradients of curvature "ggn" (the backend's ``traced_vmap``: on Pyro one
+    traced graph of ``torch.func.vmap``) equal one point's gradient taken point by point, to
+    float64 round-off, at the batch size they were traced at and at another (traced again)."""
+    from ppl_bdl.models.uci import uci_model
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
+    run = VIRun(prepare(uci_model(8, "gamma")(X, y), backend, "float64", 0), 0, num_steps=1,
+                optimizer="vogn", batch_size=8)  # fmt: skip
+    be, plate, data = run.setup.backend, run.minibatch[0], run.density.data
+    theta = be.asarray(0.5 * rng.normal(size=run.starts.shape[1] // 2))
+    with be.scope(), be.activate():
+
+        def one(t, d, index):
+            return run._potential(t, d, {plate: be.math.reshape(index, (1,))}, None)
+
+        grad = be.value_and_grad(one)
+        per_point = be.traced_vmap(
+            grad, (theta, data, be.asarray(np.zeros(8), "int")), (None, None, 0)
+        )
+        for size in (8, 5):
+            idx = rng.choice(40, size, replace=False)
+            values, grads = per_point(theta, data, be.asarray(idx, "int"))
+            for i, k in enumerate(idx):
+                value, g = grad(theta, data, be.asarray(k, "int"))
+                np.testing.assert_allclose(be.to_numpy(values[i]), be.to_numpy(value), rtol=1e-12)
+                np.testing.assert_allclose(be.to_numpy(grads[i]), be.to_numpy(g), rtol=1e-10,
+                                           atol=1e-12)  # fmt: skip
+    assert not [w for w in recwarn if "could not" in str(w.message)]
+
+
+def test_per_point_function_that_cannot_be_vmapped_loops_with_a_warning():
+    """On Pyro a function torch.func.vmap refuses (here: it draws a random number) runs as a loop
+    over the points, with a warning that says why; its values are still the function's."""
+    if "pyro" not in bdl.backends.available():
+        pytest.skip("needs the Pyro backend")
+    import torch
+
+    be = bdl.backends.get("pyro", precision="float64")
+
+    def fn(theta, x):
+        return theta * x + 0.0 * torch.randn(())
+
+    with be.scope(), be.activate():
+        x = be.asarray(np.arange(4.0))
+        with pytest.warns(UserWarning, match="could not vectorise.*randomness.*loop over"):
+            mapped = be.traced_vmap(fn, (be.asarray(2.0), x), (None, 0))
+        np.testing.assert_allclose(be.to_numpy(mapped(be.asarray(3.0), x)), 3.0 * np.arange(4.0))
+
+
 def _fit_small(**kw):
     X, y = _data()
     return bdl.fit(linreg(X, y), backend="numpyro", method="vi", num_steps=5, num_samples=5,
