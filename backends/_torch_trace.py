@@ -23,6 +23,8 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from ._torch_trees import index_tree, leading_size
+
 
 def script_trace(fn: Callable, args: tuple):
     """``fn`` (of tensors) traced at ``args`` to an aten graph (``make_fx``, so ``torch.func``
@@ -86,5 +88,51 @@ def trace_or_eager(backend, fn: Callable, example_args: tuple) -> Callable:
         flat = pytree.tree_leaves(args)
         outs = traced(*(flat[i] for i in tensor_at))
         return pytree.tree_unflatten(list(outs if isinstance(outs, tuple) else (outs,)), tree)
+
+    return call
+
+
+def vmap_or_loop(backend, fn: Callable, example_args: tuple, in_axes) -> Callable:
+    """``fn`` (drawing no random numbers: one point's gradient) mapped over the leading axis of
+    the arguments whose ``in_axes`` entry is 0 and traced: one batched graph of
+    ``torch.func.vmap(fn)`` (traced at ``example_args``, and again at a call with another
+    leading size). Where ``fn`` cannot be vmapped (it draws random numbers, or branches in
+    Python on a value, ...) or in a data-parallel fit (whose traces all-reduce their outputs),
+    ``backend.vmap`` loops over the points with ``fn`` traced once at one point, with a
+    warning saying why in the first case. Either way the values are ``fn``'s, to round-off."""
+    axes = tuple(in_axes) if isinstance(in_axes, tuple | list) else (in_axes,) * len(example_args)
+    if any(ax not in (0, None) for ax in axes):
+        raise ValueError(f"in_axes entries must be 0 or None, got {in_axes!r}")
+
+    def mapped_args(args):
+        return [a for a, ax in zip(args, axes, strict=True) if ax is not None]
+
+    def loop():
+        one = tuple(a if ax is None else index_tree(a, 0)
+                    for a, ax in zip(example_args, axes, strict=True))  # fmt: skip
+        return backend.vmap(backend.trace(fn, one), in_axes)
+
+    if backend.parallel is not None:
+        return loop()
+    vectorised = torch.func.vmap(fn, in_dims=axes)
+    try:
+        with backend.activate():
+            vectorised(*example_args)
+    except Exception as err:  # noqa: BLE001 - any failure means: loop over the points
+        warnings.warn(
+            f"could not vectorise the per-point function with torch.func.vmap "
+            f"({type(err).__name__}: {err}); on the Pyro backend it runs as a loop over the "
+            "points (correct, slower).",
+            stacklevel=3,
+        )
+        return loop()
+    graphs = {leading_size(*mapped_args(example_args)): trace_or_eager(backend, vectorised,
+                                                                       example_args)}  # fmt: skip
+
+    def call(*args):
+        size = leading_size(*mapped_args(args))
+        if size not in graphs:
+            graphs[size] = trace_or_eager(backend, vectorised, args)
+        return graphs[size](*args)
 
     return call

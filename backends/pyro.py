@@ -33,7 +33,7 @@ from ._torch_dist import DataParallel, data_devices
 from ._torch_loop import compile_loop
 from ._torch_math import make_math
 from ._torch_optimizer import build_optimizer
-from ._torch_trace import trace_or_eager
+from ._torch_trace import trace_or_eager, vmap_or_loop
 from ._torch_trees import index_tree, leading_size, stack_tree, tree_map
 from .base import BackendBase, NativeSettings, device_names
 
@@ -283,6 +283,9 @@ class PyroBackend(BackendBase):
 
         return looped
 
+    def traced_vmap(self, fn, example_args, in_axes=0):  # a traced torch.func.vmap, else a loop
+        return vmap_or_loop(self, fn, example_args, in_axes)
+
     def jit(self, fn):
         return fn
 
@@ -354,16 +357,14 @@ class PyroBackend(BackendBase):
 
     # -- modules ---------------------------------------------------------------------------------
     def lift_module(self, module):
-        """The parameters and forward pass of a ``torch.nn.Module`` for :func:`ppl_bdl.nn.lift`
-        (a :class:`~ppl_bdl.nn.ModuleParts`), or None for a module of another kind."""
+        """A ``torch.nn.Module``'s :class:`~ppl_bdl.nn.ModuleParts`, or None (another kind)."""
         from ._torch_lift import lift_module
 
         return lift_module(module)
 
     # -- devices ---------------------------------------------------------------------------------
     def place(self, tree, chain_axis: int | None = None, batch_axis: int | None = None):
-        """As they are; in a data-parallel fit, minibatch indices (``batch_axis``) cut to this
-        process's block."""
+        """As they are; in a data-parallel fit, minibatch indices (``batch_axis``) cut."""
         if self.parallel is None or batch_axis is None:
             return tree
         return tree_map(lambda a: self.parallel.slice(a, batch_axis), tree)
@@ -375,9 +376,8 @@ class PyroBackend(BackendBase):
         return available_devices()
 
     def process_devices(self, device, shard: str | None = None) -> list[str] | None:
-        """Chains over several devices: one worker process per device (torch runs one stream
-        of work per process; :mod:`._torch_devices`). None for one device, and for
-        ``shard="data"`` (one ``torch.distributed`` process per device, started by the user)."""
+        """Chains over several devices: one worker process per device (:mod:`._torch_devices`).
+        None for one device, and for ``shard="data"`` (one process per device, the user's)."""
         if device is None or shard == "data":
             return None
         names = device_names(device, "pyro")

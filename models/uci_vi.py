@@ -78,12 +78,14 @@ def vi_options(optimizer: str = "adam", epochs: int | None = None, batch_size: i
 def vogn_against_adam(
     name: str, backend: str, splits: Sequence[int] | None = None,
     epochs: int = COMPARISON_EPOCHS, batch_size: int = 32, root: Path | None = None,
+    seed: int = 0,
 ) -> dict[str, UCIResult]:  # fmt: skip
     """Set ``name`` fitted and scored with mean-field VI by each optimizer of
-    :data:`VOGN_AGAINST_ADAM` on the same splits, epochs, minibatches (the split's seed) and
-    cosine schedule, with the VI literature's network (one hidden layer of the set's ReLU
-    units, N(0, 1) weights, PBP's Gamma(6, 6) noise precision: ``uci_model(hidden, "gamma")``).
-    Compare them with :func:`ppl_bdl.models.uci.paired_difference`."""
+    :data:`VOGN_AGAINST_ADAM` on the same splits, epochs, minibatches (the split's seed,
+    ``seed + k`` for split k) and cosine schedule, with the VI literature's network (one hidden
+    layer of the set's ReLU units, N(0, 1) weights, PBP's Gamma(6, 6) noise precision:
+    ``uci_model(hidden, "gamma")``). Compare them with
+    :func:`ppl_bdl.models.uci.paired_difference`."""
     model = uci_model(protocol(name, root).num_hidden, "gamma")
     return {
         label: run_uci(
@@ -93,6 +95,7 @@ def vogn_against_adam(
             backend=backend,
             model=model,
             root=root,
+            seed=seed,
             label=f"{backend} {label}",
         )  # fmt: skip
         for label, options in VOGN_AGAINST_ADAM.items()

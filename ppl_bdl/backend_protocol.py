@@ -246,6 +246,11 @@ class Autodiff(Protocol):
         ``example_args`` on torch); ``fn`` itself where the enclosing loop is compiled (JAX)."""
         ...
 
+    def traced_vmap(self, fn: Callable, example_args: tuple, in_axes: Any = 0) -> Callable:
+        """``vmap(fn, in_axes)`` compiled as :meth:`trace` compiles, ``fn`` drawing no random
+        numbers (a point's gradient): one traced ``torch.func.vmap`` graph, else (warned) a loop."""
+        ...
+
     def compile_loop(self, step: Callable, emit: Callable) -> Callable:
         """A runner of ``step(state, x, data, t) -> (state, info)`` over a chunk of steps (``t``:
         the step's index in the run, an int scalar).
