@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from ._torch_trees import index_tree, leading_size
+from ._torch_trees import index_tree, leading_size, split_mapped
 
 
 def script_trace(fn: Callable, args: tuple):
@@ -100,12 +100,7 @@ def vmap_or_loop(backend, fn: Callable, example_args: tuple, in_axes) -> Callabl
     Python on a value, ...) or in a data-parallel fit (whose traces all-reduce their outputs),
     ``backend.vmap`` loops over the points with ``fn`` traced once at one point, with a
     warning saying why in the first case. Either way the values are ``fn``'s, to round-off."""
-    axes = tuple(in_axes) if isinstance(in_axes, tuple | list) else (in_axes,) * len(example_args)
-    if any(ax not in (0, None) for ax in axes):
-        raise ValueError(f"in_axes entries must be 0 or None, got {in_axes!r}")
-
-    def mapped_args(args):
-        return [a for a, ax in zip(args, axes, strict=True) if ax is not None]
+    axes, mapped = split_mapped(example_args, in_axes)
 
     def loop():
         one = tuple(a if ax is None else index_tree(a, 0)
@@ -126,11 +121,10 @@ def vmap_or_loop(backend, fn: Callable, example_args: tuple, in_axes) -> Callabl
             stacklevel=3,
         )
         return loop()
-    graphs = {leading_size(*mapped_args(example_args)): trace_or_eager(backend, vectorised,
-                                                                       example_args)}  # fmt: skip
+    graphs = {leading_size(*mapped): trace_or_eager(backend, vectorised, example_args)}
 
     def call(*args):
-        size = leading_size(*mapped_args(args))
+        size = leading_size(*split_mapped(args, axes)[1])
         if size not in graphs:
             graphs[size] = trace_or_eager(backend, vectorised, args)
         return graphs[size](*args)

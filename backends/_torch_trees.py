@@ -41,6 +41,15 @@ def leading_size(*trees) -> int:
     return None
 
 
+def split_mapped(args, in_axes) -> tuple[tuple, list]:
+    """``in_axes`` (one entry, or one per argument: 0 or None) as one entry per argument, and
+    the arguments it maps (entry 0)."""
+    axes = tuple(in_axes) if isinstance(in_axes, tuple | list) else (in_axes,) * len(args)
+    if any(ax not in (0, None) for ax in axes):
+        raise ValueError(f"in_axes entries must be 0 or None, got {in_axes!r}")
+    return axes, [a for a, ax in zip(args, axes, strict=True) if ax is not None]
+
+
 def index_tree(tree, i):
     return tree_map(lambda a: a[i], tree)
 

@@ -47,6 +47,11 @@ class BackendBase:
         """This backend spreads work over a device list itself (or refuses one): None."""
         return None
 
+    def traced_vmap(self, fn, example_args: tuple, in_axes=0):
+        """``vmap(fn, in_axes)``: compiled with the loop around it where the backend compiles
+        (JAX); a backend that traces eagerly (torch) overrides it."""
+        return self.vmap(fn, in_axes=in_axes)
+
     def activate(self) -> AbstractContextManager:
         """Make this backend the target of :mod:`ppl_bdl.math` in a ``with`` block."""
         return use_backend(self)

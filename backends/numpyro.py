@@ -233,9 +233,6 @@ class NumPyroBackend(BackendBase):
     def vmap(self, fn, in_axes=0):
         return jax.vmap(fn, in_axes=in_axes)
 
-    def traced_vmap(self, fn, example_args, in_axes=0):
-        return jax.vmap(fn, in_axes=in_axes)  # compiled with the loop around it
-
     def jit(self, fn):
         return jax.jit(fn)
 

@@ -34,7 +34,7 @@ from ._torch_loop import compile_loop
 from ._torch_math import make_math
 from ._torch_optimizer import build_optimizer
 from ._torch_trace import trace_or_eager, vmap_or_loop
-from ._torch_trees import index_tree, leading_size, stack_tree, tree_map
+from ._torch_trees import index_tree, leading_size, split_mapped, stack_tree, tree_map
 from .base import BackendBase, NativeSettings, device_names
 
 Tensor = torch.Tensor
@@ -271,8 +271,7 @@ class PyroBackend(BackendBase):
         """A loop over the leading axis of the mapped arguments (``in_axes`` 0 or None each)."""
 
         def looped(*args):
-            axes = in_axes if isinstance(in_axes, tuple | list) else (in_axes,) * len(args)
-            mapped = [a for a, ax in zip(args, axes, strict=True) if ax is not None]
+            axes, mapped = split_mapped(args, in_axes)
             outs = []
             for i in range(leading_size(*mapped)):
                 row = [

@@ -88,9 +88,6 @@ class DelegateBackend(BackendBase):
     def vmap(self, fn, in_axes=0):
         return jax.vmap(fn, in_axes=in_axes)
 
-    def traced_vmap(self, fn, example_args, in_axes=0):
-        return jax.vmap(fn, in_axes=in_axes)
-
     def jit(self, fn):
         return jax.jit(fn)
 
