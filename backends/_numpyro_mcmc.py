@@ -51,7 +51,10 @@ def native_transition(backend, potential, settings: NativeSettings) -> Transitio
     else:
         options["num_steps"] = settings.num_steps or 10
 
+    @jax.jit
     def init(key, position, data):
+        # One compiled program: run eagerly, NumPyro's init (its step-size search included)
+        # compiled each of its ~70 operations on its own (2.1 s against 0.8 s on a small BNN).
         return init_kernel(position, rng_key=key, model_args=(data,), **options)
 
     def step(key, state, batch, rate):

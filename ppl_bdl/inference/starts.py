@@ -115,20 +115,23 @@ def prior_draws(setup: Setup, count: int, seed: int) -> np.ndarray:
 
 
 def _draw_prior(setup: Setup, count: int, seed: int) -> np.ndarray:
-    """``count`` draws in one call of the compiled prior program (:func:`_prior_program`),
+    """``count`` draws, one call of the compiled prior program (:func:`_prior_program`) each,
     draw i from the seed ``seed + i``."""
     be = setup.backend
     data, _ = setup.bound.data_arrays(be)
     with be.scope(), be.activate():
-        seeds = be.asarray(np.arange(seed, seed + count), "int")
-        draws = _prior_program(setup)(seeds, data)
-        return np.asarray(be.to_numpy(draws), dtype=float)
+        program = _prior_program(setup)
+        draws = [be.to_numpy(program(be.asarray(s, "int"), data))
+                 for s in range(seed, seed + count)]  # fmt: skip
+        return np.asarray(np.stack(draws), dtype=float)
 
 
 def _prior_program(setup: Setup):
-    """``draws(seeds, data)``: the model run once per seed with every site drawn from its prior,
-    mapped over the seeds (the backend's ``vmap``) and compiled (``jit``). Draw i is the one a
-    run of the model from the key of seed i makes (as a start from that seed always was). It is kept on the
+    """``draw(seed, data)``: the model run once with every site drawn from its prior from the key
+    of ``seed``, compiled (``jit``) and called once per seed: on JAX a program mapped over the
+    seeds took twice as long to compile (1.6 against 0.8 s for eight schools, 3.5 against 1.3 s
+    for a small BNN), and 20 calls cost microseconds. Draw i is the one a run of the model
+    from the key of seed i makes (as a start from that seed always was). It is kept on the
     model (:attr:`~ppl_bdl.model.Model.compiled`) per backend, data structure, data plate and
     latent layout, so another fit of the model reuses it; the data is an argument, not baked in.
 
@@ -155,7 +158,7 @@ def _prior_program(setup: Setup):
             unbound.run_with(run, fill_data(template, data))
             return slots.unconstrained_flat(run.sites, be)
 
-        model.compiled[key] = be.jit(be.vmap(draw, in_axes=(0, None)))
+        model.compiled[key] = be.jit(draw)
     return model.compiled[key]
 
 
