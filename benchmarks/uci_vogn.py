@@ -22,6 +22,7 @@ Usage::
 
     python benchmarks/uci_vogn.py [--sets yacht boston concrete] [--splits 5]
         [--backend numpyro] [--epochs 400] [--batch-size 32] [--seed-groups 1]
+        [--curvature fisher|ggn]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=uci_vi.COMPARISON_EPOCHS)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed-groups", type=int, default=1, help="groups of seeds (1000 j + k)")
+    parser.add_argument("--curvature", default=None, help="vogn's curvature (default: its own)")
     args = parser.parse_args()
     if uci.uci_dir() is None:
         raise SystemExit("the UCI data is not here: put ../shared/data next to the repository")
@@ -49,7 +51,8 @@ def main() -> None:
         for group in range(args.seed_groups):
             results = uci_vi.vogn_against_adam(name, args.backend, range(args.splits),
                                                args.epochs, args.batch_size,
-                                               seed=1000 * group)  # fmt: skip
+                                               seed=1000 * group,
+                                               curvature=args.curvature)  # fmt: skip
             for result in results.values():
                 elbo = -np.array([s.final_loss for s in result.scores])
                 se = elbo.std(ddof=1) / np.sqrt(len(elbo)) if len(elbo) > 1 else float("nan")

@@ -76,6 +76,9 @@ class Evaluator(Runtime):
     local : set of str
         Latent sites in the minibatched plate whose values are given for the minibatch's points
         only (an amortized guide's, :mod:`ppl_bdl.guides.amortized`); others there are refused.
+    observed : dict, optional
+        Observed site name -> a value of the site's shape that replaces its data (the draws of
+        a sampled-label Fisher, :mod:`ppl_bdl.inference.vi_natural`).
     """
 
     def __init__(
@@ -93,9 +96,11 @@ class Evaluator(Runtime):
         record: bool = False,
         exclude: frozenset[str] = frozenset(),
         local: frozenset[str] = frozenset(),
+        observed: dict | None = None,
     ):
         super().__init__(backend)
         self.exclude, self.local = exclude, local
+        self.observed = observed or {}
         self.values = values or {}
         self.unconstrained = unconstrained or {}
         self.params = params or {}
@@ -161,7 +166,7 @@ class Evaluator(Runtime):
         observed = msg.obs is not None and not self.predictive
         shape = site_shape(msg, native) if (self.record or self.validate) else None
         if observed:
-            value = msg.obs
+            value = self.observed.get(msg.name, msg.obs)
             if self.validate:
                 value = self._check_obs(msg, value, shape)
             elif not be.is_array(value):  # a Python number or NumPy constant in the model

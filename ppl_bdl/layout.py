@@ -217,7 +217,7 @@ class ModelDensity:
         )
         return evaluator
 
-    def site_potential(self, sites: dict, data=None, batch=None, params=None):
+    def site_potential(self, sites: dict, data=None, batch=None, params=None, observed=None):
         if self.enumeration is not None:
             if batch is not None:
                 raise ModelError(_NO_MINIBATCH.format(self.layout.discrete))
@@ -227,12 +227,25 @@ class ModelDensity:
             )  # fmt: skip
         ev = Evaluator(
             self.backend, unconstrained=sites, params=self.params if params is None else params,
-            batch=batch, exclude=self.exclude,
+            batch=batch, exclude=self.exclude, observed=observed,
         )  # fmt: skip
         return -self._run(ev, data).log_joint
 
-    def potential(self, flat, data=None, batch=None, params=None):
-        return self.site_potential(self.layout.unflatten(flat, self.backend), data, batch, params)
+    def potential(self, flat, data=None, batch=None, params=None, observed=None):
+        """U at the flat θ; ``observed`` (site name -> value) replaces observed sites' data."""
+        sites = self.layout.unflatten(flat, self.backend)
+        return self.site_potential(sites, data, batch, params, observed)
+
+    def simulate(self, flat, key, data=None, batch=None, params=None) -> dict:
+        """The observed sites drawn from the model at the flat θ (site name -> value, of the
+        shape the site has on ``batch``): the labels of a sampled-label Fisher."""
+        ev = Evaluator(
+            self.backend, unconstrained=self.layout.unflatten(flat, self.backend), key=key,
+            params=self.params if params is None else params, batch=batch, predictive=True,
+            record=True,
+        )  # fmt: skip
+        sites = self._run(ev, data).sites
+        return {n: s.value for n, s in sites.items() if s.kind == "observed"}
 
     def value_and_grad(self, flat, data=None, batch=None, params=None):
         """(U, ∇U) at θ, a flat vector (∇U flat) or a tuple of per-site blocks

@@ -122,27 +122,53 @@ def test_deep_ensembles_reproduce_the_published_log_likelihood(shared_data, back
 #: in use and predicts slightly worse (docs/benchmarks.md).
 YACHT_GAP = pytest.mark.xfail(
     reason="yacht: over 15 seed groups vogn - adam = -0.017 +- 0.005 (Pyro), -0.025 +- 0.010 "
-    "(NumPyro); seeds 0-4 give -0.035 +- 0.014 on Pyro, +0.005 +- 0.015 on NumPyro",
+    "(NumPyro); seeds 0-4 give -0.035 +- 0.014 on Pyro, +0.005 +- 0.015 on NumPyro; run to "
+    "4,000 epochs Adam reaches test LL -2.43, vogn's fixed point -2.57 (docs/benchmarks.md)",
+    strict=False,
+)
+
+
+#: concrete, curvature "ggn": split k at seed k meets the bar, 3 of 4 seed groups do not.
+CONCRETE_GAP = pytest.mark.xfail(
+    reason="concrete: over 4 seed groups vogn - adam = -0.062 +- 0.017 (3 of 4 groups miss the "
+    "bar; seeds 0-4 give -0.016 +- 0.023)",
+    strict=False,
+)
+#: curvature="fisher" on boston and concrete: over 4 seed groups vogn − adam is −0.064 ± 0.012
+#: and −0.076 ± 0.010 (docs/benchmarks.md); split k at seed k happens to meet the bar.
+FISHER_GAP = pytest.mark.xfail(
+    reason="fisher: over 4 seed groups vogn - adam = -0.064 +- 0.012 (boston), -0.076 +- 0.010 "
+    "(concrete), against +0.101 +- 0.013 on yacht",
     strict=False,
 )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("backend_name", "name"),
-    [pytest.param("numpyro", "yacht", marks=YACHT_GAP), ("numpyro", "boston"),
-     ("numpyro", "concrete"), pytest.param("pyro", "yacht", marks=YACHT_GAP)],
+    ("backend_name", "name", "curvature"),
+    [pytest.param("numpyro", "yacht", None, marks=YACHT_GAP), ("numpyro", "boston", None),
+     pytest.param("numpyro", "concrete", None, marks=CONCRETE_GAP),
+     pytest.param("pyro", "yacht", None, marks=YACHT_GAP),
+     ("numpyro", "yacht", "fisher"), ("pyro", "yacht", "fisher"),
+     pytest.param("numpyro", "boston", "fisher", marks=FISHER_GAP),
+     pytest.param("numpyro", "concrete", "fisher", marks=FISHER_GAP)],
 )  # fmt: skip
-def test_vogn_test_log_likelihood_is_no_worse_than_adams(shared_data, backend_name, name):
+def test_vogn_test_log_likelihood_is_no_worse_than_adams(shared_data, backend_name, name,
+                                                         curvature):  # fmt: skip
     """Issue 21.3: natural-gradient mean-field VI (vogn) against Adam's mean-field VI through the
     harness, 400 epochs of B = 32 each on splits 0-4 (models/uci_vi.py; Pyro on yacht only,
     its ten fits about a minute). The paired per-split difference of the test
     log-likelihood, vogn − adam, is above −2 of its standard errors. Measured (NumPyro): yacht
     +0.005 ± 0.015, boston −0.037 ± 0.036, concrete −0.016 ± 0.023; Pyro, yacht: −0.035 ±
-    0.014. On yacht the bar is not met on average on either backend (YACHT_GAP)."""
+    0.014. On yacht the bar is not met on average on either backend (YACHT_GAP). With
+    curvature="fisher" (labels drawn from the model): yacht +0.099 ± 0.014 (NumPyro), boston
+    −0.049 ± 0.031, concrete −0.050 ± 0.035; over 4 seed groups yacht is met by far, boston and
+    concrete are not (FISHER_GAP). With "ggn" concrete misses over 4 seed groups too
+    (CONCRETE_GAP): the bar is met on yacht by "fisher", on boston by "ggn", on concrete by
+    neither (docs/benchmarks.md)."""
     if backend_name not in bdl.backends.available():
         pytest.skip(f"backend {backend_name!r} is not installed")
     results = uci_vi.vogn_against_adam(name, backend_name, splits=range(5),
-                                       root=shared_data / "uci")  # fmt: skip
+                                       root=shared_data / "uci", curvature=curvature)  # fmt: skip
     diff, se = uci.paired_difference(results["vogn"], results["adam"])
     assert diff > -2.0 * se, (diff, se, str(results["vogn"]), str(results["adam"]))

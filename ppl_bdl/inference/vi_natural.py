@@ -25,6 +25,17 @@ as in their Vadam, Fig. 1)::
     point i alone (scaled N / 1, so ∇U_i − ∇U = N (∇ℓ_i − mean ∇ℓ)): a Gauss-Newton (empirical
     Fisher) approximation of the Hessian, centred (the mean gradient, ~λμ/N at the optimum,
     is left out). Positive, so stable on networks; one draw per step.
+  - "fisher": "ggn" above with each point's gradient taken at a label drawn
+    from the model at θ (ỹ_i ~ p(y | θ, x_i): the observed sites simulated on the batch)
+    instead of its data: the sampled-label Fisher, whose expectation is the Fisher, the
+    Gauss-Newton matrix of a Gaussian or canonical-link likelihood (Martens 2014; Kunstner et
+    al. 2019). The empirical Fisher of "ggn" weighs each point by its squared residual; this
+    one does not, so on a linear-Gaussian model its fixed point is the exact mean-field
+    optimum. On the UCI harness's ReLU network it predicts better than "ggn" on yacht and
+    worse on boston and concrete (docs/benchmarks.md), so it is not the default. The
+    gradient g still reads the data. Per step: one draw of θ, a run of the model to draw the
+    labels, and the per-example gradients twice (at the data for g, at the labels for h). A
+    model with no observed site in the plate (a likelihood by ``bdl.factor``) gets "ggn".
   - "hessian": the diagonal of E_q[∇²U] from K antithetic pairs, h = mean_k (∇U(θ_k+) −
     ∇U(θ_k−)) ⊙ ε_k / (2σ), Price's theorem by the reparameterisation trick (Opper &
     Archambeau 2009; Rezende et al. 2014): exact in expectation for any U. At its fixed point
@@ -72,10 +83,13 @@ import numpy as np
 from ..backend_protocol import Batch, Transition
 from ..errors import ConfigError, one_of
 from ..optim import OPTIMIZERS
+from .sampled_labels import SampledLabels
 from .setup import minibatch_plate
 
 NATURAL_OPTIMIZERS = ("vogn", "vadam")
-CURVATURES = ("ggn", "hessian")
+CURVATURES = ("ggn", "fisher", "hessian")
+#: The curvatures made of per-example gradients (one plate's points, one draw of θ a step).
+PER_EXAMPLE = ("ggn", "fisher")
 #: The natural-gradient optimizers' lr (their step on the natural gradient) by default.
 NATURAL_LR = {"vogn": 0.05, "vadam": 0.01}
 #: (β₁, β₂) by default: Adam's, as in the paper's Vadam.
@@ -89,7 +103,7 @@ class NaturalConfig:
     """A natural-gradient run's settings: ``optimizer`` ("vogn" | "vadam"), ``beta1`` (the
     gradient's momentum), ``beta2`` (the curvature's running average), ``num_particles`` K
     (vogn: K antithetic pairs; vadam: 1), ``num_data`` N (vadam's σ) and ``curvature``
-    (vogn's h: "ggn" or "hessian")."""
+    (vogn's h: "ggn", "fisher" or "hessian")."""
 
     optimizer: str
     beta1: float
@@ -130,8 +144,8 @@ class NaturalConfig:
         curvature = "ggn" if curvature is None else curvature
         if curvature not in CURVATURES:
             raise one_of("curvature", curvature, CURVATURES)
-        if (optimizer == "vadam" or curvature == "ggn") and objective.num_particles != 1:
-            which = "optimizer='vadam'" if optimizer == "vadam" else "curvature='ggn'"
+        if (optimizer == "vadam" or curvature in PER_EXAMPLE) and objective.num_particles != 1:
+            which = "optimizer='vadam'" if optimizer == "vadam" else f"curvature={curvature!r}"
             raise ConfigError(
                 f"{which} draws one weight sample per step (Khan et al. 2018), got "
                 f"num_particles={objective.num_particles}. Leave num_particles out, or use "
@@ -172,7 +186,7 @@ def natural_options(optimizer: Any, run_opts: dict) -> bool:
 def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
     """The natural-gradient transition of a VI run (a :class:`~ppl_bdl.inference.vi.VIRun`
     being set up): its settings checked (:class:`NaturalConfig`), and on a full batch with
-    curvature "ggn" the plate whose points give the per-example gradients. Each fit starts from
+    curvature "fisher" or "ggn" the plate whose points give the per-example gradients. Each fit starts from
     its own position (the run's packed start, unpacked by ``run.param_layout``)."""
     setup, objective, minibatch = run.setup, run.objective, run.minibatch
     has_model_params, batch_size = run.model_params is not None, run.batch_size
@@ -187,23 +201,28 @@ def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
     example_idx = be.asarray(np.zeros(batch_size), "int") if minibatch else None
     if minibatch:
         plate = minibatch[0]
-    elif config.optimizer == "vogn" and config.curvature == "ggn":
+    elif config.optimizer == "vogn" and config.curvature in PER_EXAMPLE:
         if len(plates) != 1:  # per-example gradients need the points of one plate
             raise ConfigError(
-                "optimizer='vogn' with curvature='ggn' (per-example squared gradients) needs "
+                f"optimizer='vogn' with curvature={config.curvature!r} (per-example squared "
+                "gradients) needs "
                 f"one plate around the observed sites; found {sorted(plates) or 'none'}. Wrap "
                 "the likelihood in `with bdl.plate('data', N) as idx:`, or pass "
                 "curvature='hessian'."
             )
         plate, size = minibatch_plate(setup, config.num_data)
         all_idx = be.asarray(np.arange(size), "int")
+    labels = None
+    if config.optimizer == "vogn" and config.curvature == "fisher":
+        labels = SampledLabels.of(run.density, setup.trace, plate)
     return natural_transition(config, be, potential, plate, kl, initial, example_idx, data, all_idx,
-                              run.param_layout.unpack)  # fmt: skip
+                              run.param_layout.unpack, labels)  # fmt: skip
 
 
 def natural_transition(
     config: NaturalConfig, backend, potential, plate: str | None, kl, initial: dict,
     example_indices=None, data=None, all_indices=None, unpack=None,
+    labels: SampledLabels | None = None,
 ) -> Transition:  # fmt: skip
     """The natural-gradient step as a driver :class:`Transition` (equations: the module's).
 
@@ -212,7 +231,8 @@ def natural_transition(
     :class:`~ppl_bdl.objectives.AnalyticKL` of the fixed-Normal-prior sites (or None), and
     ``initial`` the guide's initial ``loc`` and ``rho``. Info: ``loss`` (the negative ELBO at
     the step's draws, the entropy in its expectation) and ``grad_norm`` (of g). ``all_indices``
-    (curvature "ggn" on full batches): every point of ``plate``, the batch of a full-batch step.
+    (per-example curvatures on full batches): every point of ``plate``, a full-batch step's batch.
+    ``labels`` (curvature "fisher"): how the step draws its labels and reads U at them.
     """
     be, m = backend, backend.math
     dim = int(np.asarray(initial["loc"]).shape[0])
@@ -226,7 +246,8 @@ def natural_transition(
     const = -0.5 * n_mc * (1.0 + _pymath.log(2.0 * _pymath.pi)) + log_s0
     vogn = config.optimizer == "vogn"
     hessian = vogn and config.curvature == "hessian"
-    ggn = vogn and not hessian
+    ggn = vogn and not hessian  # "ggn" or "fisher": per-example gradients
+    fisher = labels is not None
     pairs = config.num_particles
     b1, b2 = config.beta1, config.beta2
     n_data = float(config.num_data)
@@ -247,6 +268,20 @@ def natural_transition(
             points = example_indices if example_indices is not None else all_indices
             example = (be.asarray(np.zeros(dim)), data, points)
             per_point = be.traced_vmap(be.value_and_grad(one), example, in_axes=(None, None, 0))
+            if fisher:
+                # The same per-point gradient at labels drawn from the model: positions in the
+                # batch pick each point's labels out of the batch's draw.
+                positions = be.asarray(np.arange(int(points.shape[0])), "int")
+                drawn = labels.simulate(example[0], be.random.key(0), data, {plate: points})
+
+                def one_drawn(theta, data, index, position, drawn):
+                    observed = labels.point(drawn, position, m)
+                    return labels.potential(theta, data, {plate: m.reshape(index, (1,))}, observed)
+
+                per_point_drawn = be.traced_vmap(
+                    be.value_and_grad(one_drawn), example + (positions, drawn),
+                    in_axes=(None, None, 0, 0, None),
+                )  # fmt: skip
 
             def value_and_grad(theta, batch):
                 """U, ∇U on each point of the batch alone, shaped (M,), (M, d): their means
@@ -280,6 +315,8 @@ def natural_transition(
             eps = be.random.normal(key, (pairs, dim))
             thetas = m.concatenate([loc + sigma * eps, loc - sigma * eps], axis=0)
         else:
+            if fisher:
+                key, label_key = be.random.split(key)
             eps = be.random.normal(key, (1, dim))
             thetas = loc + sigma * eps
         if ggn:
@@ -293,6 +330,11 @@ def natural_transition(
         if hessian:
             diff = grads[:pairs] - grads[pairs:]
             h = m.mean(diff * eps, axis=0) / (2.0 * sigma)
+        elif fisher:
+            drawn = labels.simulate(thetas[0], label_key, batch.data, {plate: batch.indices})
+            _, drawn_grads = per_point_drawn(thetas[0], batch.data, batch.indices, positions, drawn)
+            dev = drawn_grads - m.mean(drawn_grads, axis=0)
+            h = m.mean(dev * dev, axis=0) / n_data
         elif ggn:
             dev = grads - grad_u
             h = m.mean(dev * dev, axis=0) / n_data
