@@ -113,12 +113,19 @@ def backend(request) -> str:
 REQUIRE_SHARED_ENV = "PPL_BDL_REQUIRE_SHARED"
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects
 def pytest_collection_modifyitems(config, items):
     # Every test that uses the shared_data fixture carries the marker of the same name, so
-    # `-m shared_data` runs exactly the tests that need the full shared data sets.
+    # `-m shared_data` runs exactly the tests that need the full shared data sets. A test
+    # marked slow_on("pyro") is slow when its `backend` fixture is Pyro: the same statistical
+    # check on the other backend stays in the default run.
     for item in items:
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.shared_data)
+        slow_on = item.get_closest_marker("slow_on")
+        callspec = getattr(item, "callspec", None)
+        if slow_on and callspec is not None and callspec.params.get("backend") in slow_on.args:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import arviz as az
 import numpy as np
+import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl.models.regression import conjugate_posterior, linear_regression_known_noise
@@ -35,6 +36,7 @@ def _z_score(samples: np.ndarray, target: float) -> float:
     return (samples.mean() - target) / (samples.std() / np.sqrt(ess))
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_nuts_matches_closed_form_posterior(backend):
     X, y = _data()
     mean, cov = conjugate_posterior(X, y, NOISE, PRIOR_SCALE)

@@ -129,6 +129,7 @@ def test_hmm_marginal_density_is_the_forward_algorithm(backend):
         assert got == pytest.approx(expected, rel=1e-6, abs=1e-6)
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_hmm_state_draws_match_forward_backward(backend):
     setup, density = _density(hmm(HMM_Y, TRANS, 0.7), backend)
     locs = np.array([-0.8, 1.0])

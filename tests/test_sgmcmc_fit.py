@@ -44,6 +44,7 @@ BLR_SETTINGS = {
 }
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 @pytest.mark.parametrize("method", sorted(BLR_SETTINGS))
 def test_conjugate_linear_regression_recovered(backend, method):
     X, y, mean, sd = _blr_data()
@@ -59,6 +60,7 @@ def test_conjugate_linear_regression_recovered(backend, method):
     np.testing.assert_allclose(w.std(0) / sd, 1.0, atol=0.2 if method == "psgld" else 0.15)
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 @pytest.mark.parametrize("method", sorted(BLR_SETTINGS))
 def test_gaussian_target_full_batch(backend, method):
     # Curvature 1/sd² = 0.25: αλ ≈ 0.05 (psgld's preconditioner is ≈ 2 here).

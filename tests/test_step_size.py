@@ -54,6 +54,7 @@ def gaussian_mean(y):
         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_auto_recovers_a_conjugate_posterior(backend):
     y = np.random.default_rng(3).normal(2.0, 1.0, size=200)
     precision = 1 / 100 + y.size

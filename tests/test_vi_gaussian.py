@@ -38,6 +38,7 @@ FIT = dict(method="vi", num_steps=2000, lr=0.05, schedule="exponential", decay=0
            precision="float64")  # fmt: skip
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 @pytest.mark.parametrize(
     "guide,kw",
     [("fullrank", {}), ("lowrank", {"rank": 3, "blocks": "joint"}), ("lowrank", {"rank": 3})],

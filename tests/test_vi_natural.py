@@ -156,6 +156,7 @@ def two_outputs(X, y):
         bdl.sample("y", dist.Normal(X[idx] @ w, NOISE), obs=y[idx], shape=(2,))
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_vogn_fisher_draws_each_points_labels_on_minibatches(backend):
     """The labels of a site whose plate is not its last axis (y of shape (N, 2)), on
     minibatches of 20: each point's gradient reads its own drawn pair. The two outputs'
