@@ -1,4 +1,4 @@
-"""The labels of a sampled-label Fisher (``optimizer="vogn"``'s default curvature,
+"""The labels of a sampled-label Fisher (``optimizer="vogn", curvature="fisher"``,
 :mod:`ppl_bdl.inference.vi_natural`): each point's gradient taken at observed values drawn from
 the model at θ instead of its data (Martens 2014; Kunstner et al. 2019).
 
@@ -33,13 +33,12 @@ from typing import Any
 
 @dataclass(frozen=True)
 class SampledLabels:
-    """Curvature "fisher": the observed sites drawn from the model at θ on a batch
-    (``simulate(theta, key, data, indices)``), U at θ with them in place of the data
-    (``potential(theta, data, indices, observed)``), and for each observed site the axis of
-    its value that the data plate indexes (None: the site is outside the plate)."""
+    """Curvature "fisher": the model's density (a :class:`~ppl_bdl.layout.ModelDensity`: its
+    ``simulate`` draws the observed sites at θ on a batch, its ``potential`` reads them in place
+    of the data), and for each observed site the axis of its value that the data plate indexes
+    (None: the site is outside the plate)."""
 
-    simulate: Any
-    potential: Any
+    density: Any
     axes: dict
 
     @classmethod
@@ -48,14 +47,15 @@ class SampledLabels:
         for name, site in trace.of_kind("observed").items():
             frame = next((f for f in site.plates if f.name == plate), None)
             axes[name] = None if frame is None else frame.dim - site.shape.event_ndims
+        return cls(density, axes)
 
-        def simulate(theta, key, data, indices):
-            return density.simulate(theta, key, data, indices)
+    def simulate(self, theta, key, data, indices) -> dict:
+        """The observed sites drawn at the flat θ on the batch ``indices``."""
+        return self.density.simulate(theta, key, data, indices)
 
-        def potential(theta, data, indices, observed):
-            return density.potential(theta, data, indices, None, observed)
-
-        return cls(simulate, potential, axes)
+    def potential(self, theta, data, indices, observed):
+        """U at the flat θ with the ``observed`` draws in place of the data."""
+        return self.density.potential(theta, data, indices, None, observed)
 
     def point(self, labels: dict, position, m) -> dict:
         """The labels of the batch's point at ``position`` (a plate of size 1 kept)."""

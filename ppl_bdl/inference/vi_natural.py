@@ -34,7 +34,7 @@ as in their Vadam, Fig. 1)::
     optimum. On the UCI harness's ReLU network it predicts better than "ggn" on yacht and
     worse on boston and concrete (docs/benchmarks.md), so it is not the default. The
     gradient g still reads the data. Per step: one draw of θ, a run of the model to draw the
-    labels, and the per-example gradients twice (at the data for g, at the labels for h). A
+    labels, the batch's gradient at the data (g) and the per-example ones at the labels (h). A
     model with no observed site in the plate (a likelihood by ``bdl.factor``) gets "ggn".
   - "hessian": the diagonal of E_q[∇²U] from K antithetic pairs, h = mean_k (∇U(θ_k+) −
     ∇U(θ_k−)) ⊙ ε_k / (2σ), Price's theorem by the reparameterisation trick (Opper &
@@ -248,6 +248,7 @@ def natural_transition(
     hessian = vogn and config.curvature == "hessian"
     ggn = vogn and not hessian  # "ggn" or "fisher": per-example gradients
     fisher = labels is not None
+    at_data = ggn and not fisher  # "ggn": the per-example gradients at the data give g too
     pairs = config.num_particles
     b1, b2 = config.beta1, config.beta2
     n_data = float(config.num_data)
@@ -262,37 +263,38 @@ def natural_transition(
         return potential(theta, data, {plate: m.reshape(index, (1,))}, None)
 
     with be.scope(), be.activate():
-        if ggn:
+        points = example_indices if example_indices is not None else all_indices
+        zero = be.asarray(np.zeros(dim))
+        if at_data:
             # One point's gradient mapped over the batch's points and compiled (on torch one
             # batched graph of torch.func.vmap: 27x faster than a loop over yacht's 32 points).
-            points = example_indices if example_indices is not None else all_indices
-            example = (be.asarray(np.zeros(dim)), data, points)
-            per_point = be.traced_vmap(be.value_and_grad(one), example, in_axes=(None, None, 0))
-            if fisher:
-                # The same per-point gradient at labels drawn from the model: positions in the
-                # batch pick each point's labels out of the batch's draw.
-                positions = be.asarray(np.arange(int(points.shape[0])), "int")
-                drawn = labels.simulate(example[0], be.random.key(0), data, {plate: points})
-
-                def one_drawn(theta, data, index, position, drawn):
-                    observed = labels.point(drawn, position, m)
-                    return labels.potential(theta, data, {plate: m.reshape(index, (1,))}, observed)
-
-                per_point_drawn = be.traced_vmap(
-                    be.value_and_grad(one_drawn), example + (positions, drawn),
-                    in_axes=(None, None, 0, 0, None),
-                )  # fmt: skip
+            per_point = be.traced_vmap(be.value_and_grad(one), (zero, data, points),
+                                       in_axes=(None, None, 0))  # fmt: skip
 
             def value_and_grad(theta, batch):
                 """U, ∇U on each point of the batch alone, shaped (M,), (M, d): their means
                 are the minibatch's U and ∇U."""
                 return per_point(theta, batch.data, batch.indices)
-        else:
+        else:  # the batch's U and ∇U at each θ ("fisher": g at the data; h from the labels)
             example = (
                 be.asarray(np.zeros((2 * pairs if hessian else 1, dim))),
-                Batch(data, example_indices),
+                Batch(data, points if fisher else example_indices),
             )
             value_and_grad = be.trace(be.value_and_grad(total), example)
+        if fisher:
+            # Each point's gradient at labels drawn from the model: positions in the batch
+            # pick each point's labels out of the batch's draw.
+            positions = be.asarray(np.arange(int(points.shape[0])), "int")
+            drawn = labels.simulate(zero, be.random.key(0), data, {plate: points})
+
+            def one_drawn(theta, data, index, position, drawn):
+                observed = labels.point(drawn, position, m)
+                return labels.potential(theta, data, {plate: m.reshape(index, (1,))}, observed)
+
+            per_point_drawn = be.traced_vmap(
+                be.value_and_grad(one_drawn), (zero, data, points, positions, drawn),
+                in_axes=(None, None, 0, 0, None),
+            )  # fmt: skip
         lam, m0 = be.asarray(lam_np), be.asarray(m0_np)
 
     def init(key, position, data):
@@ -319,7 +321,7 @@ def natural_transition(
                 key, label_key = be.random.split(key)
             eps = be.random.normal(key, (1, dim))
             thetas = loc + sigma * eps
-        if ggn:
+        if at_data:
             values, grads = value_and_grad(thetas[0], batch)
             u_mean = m.mean(values)
         else:
