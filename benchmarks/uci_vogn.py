@@ -22,7 +22,7 @@ Usage::
 
     python benchmarks/uci_vogn.py [--sets yacht boston concrete] [--splits 5]
         [--backend numpyro] [--epochs 400] [--batch-size 32] [--seed-groups 1]
-        [--curvature fisher|ggn]
+        [--curvature hessian|fisher|ggn]
 """
 
 from __future__ import annotations
