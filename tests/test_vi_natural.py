@@ -420,8 +420,11 @@ def test_model_params_are_refused():
                 num_steps=5, num_samples=5, progress=False)  # fmt: skip
 
 
-def test_minibatches_and_a_non_normal_prior(backend):
-    """A HalfNormal noise scale (its prior inside U, curvature estimated) and minibatches."""
+@pytest.mark.parametrize("curvature", ["ggn", "hessian"])
+def test_minibatches_and_a_non_normal_prior(backend, curvature):
+    """A HalfNormal noise scale (its prior inside U, curvature estimated; λ = 0 there, so under
+    "hessian" the average's positivity rests on ŝ alone) and minibatches. Measured (seed 1),
+    "hessian": σ 0.517 / 0.519, w within 0.05 of the truth (NumPyro / Pyro)."""
 
     @bdl.model
     def noisy(X, y):
@@ -431,9 +434,10 @@ def test_minibatches_and_a_non_normal_prior(backend):
             bdl.sample("y", dist.Normal(X[idx] @ w, sigma), obs=y[idx])
 
     X, y = _data(n=400, seed=2)
-    # The default curvature, "ggn": per-example squared gradients on the minibatch.
+    # "ggn" (the default): per-example squared gradients on the minibatch.
     post = bdl.fit(noisy(X, y), backend=backend, method="vi", optimizer="vogn", batch_size=20,
-                   num_steps=400, num_samples=400, progress=False, seed=1)  # fmt: skip
+                   curvature=curvature, num_steps=400, num_samples=400, progress=False,
+                   seed=1)  # fmt: skip
     # Within 4 of the noise scale's posterior sd (~0.018 at N = 400) plus the guide's bias.
     assert abs(post.samples["sigma"].mean() - NOISE) < 0.08
     np.testing.assert_allclose(post.samples["w"].reshape(-1, 3).mean(0), [1.0, -1.0, 0.5],
