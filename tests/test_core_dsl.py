@@ -168,6 +168,7 @@ def test_backends_are_found_through_entry_points():
     assert {"pyro", "numpyro"} <= names
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_factor_target_and_hmc(backend):
     """A standard normal written as a flat prior plus a factor: NUTS and HMC recover it."""
 

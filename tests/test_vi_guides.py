@@ -43,6 +43,7 @@ def test_registry_lists_builtin_guides():
     assert post.guide.name == "meanfield"
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_custom_guide_fits_with_ours(backend):
     post = bdl.fit(normal_mean(Y), backend=backend, method="vi", guide=normal_guide,
                    num_steps=1000, lr=0.05, schedule="exponential", decay=0.01, num_particles=4,
