@@ -20,7 +20,7 @@ Example
 >>> labels.axes  # y's values are (points, 2): the plate indexes axis -2
 {'y': -2}
 >>> with be.activate():
-...     drawn = labels.simulate(be.asarray([0.0]), be.random.key(0), None, None)
+...     drawn = labels.density.simulate(be.asarray([0.0]), be.random.key(0))
 ...     tuple(drawn["y"].shape), tuple(labels.point(drawn, be.asarray(3), be.math)["y"].shape)
 ((5, 2), (1, 2))
 """
@@ -48,14 +48,6 @@ class SampledLabels:
             frame = next((f for f in site.plates if f.name == plate), None)
             axes[name] = None if frame is None else frame.dim - site.shape.event_ndims
         return cls(density, axes)
-
-    def simulate(self, theta, key, data, indices) -> dict:
-        """The observed sites drawn at the flat θ on the batch ``indices``."""
-        return self.density.simulate(theta, key, data, indices)
-
-    def potential(self, theta, data, indices, observed):
-        """U at the flat θ with the ``observed`` draws in place of the data."""
-        return self.density.potential(theta, data, indices, None, observed)
 
     def point(self, labels: dict, position, m) -> dict:
         """The labels of the batch's point at ``position`` (a plate of size 1 kept)."""

@@ -14,7 +14,7 @@ as in their Vadam, Fig. 1)::
     g    = mean over the draws of ∇U(θ) + λ (μ − m₀)         (∇_μ of the negative ELBO)
     m    ← β₁ m + (1 − β₁) g,             m̂ = m / (1 − β₁ᵗ)
     s    ← β₂ s + (1 − β₂) h,             ŝ = (s + cₜ s₀) / (1 − β₂ᵗ + cₜ),  cₜ = (1 − β₂) 0.9ᵗ
-    ŝ    ← ŝ + ρₜ d + ρₜ² d² / (2 (ŝ + λ)),  d = h − ŝ,  ρₜ = (1 − β₂) / wₜ   ("hessian")
+    ŝ    ← ŝ + ρₜ d + ρₜ² d² / (2 (ŝ + λ)),  d = h − ŝ,  ρₜ = (1 − β₂) / (1 − β₂ᵗ⁺¹)  ("hessian")
     μ    ← μ − α m̂ / (c(ŝ) + λ)
     P    = ŝ + λ                                                 (vogn)
     P    = ŝ / N + λ                                             (vadam)
@@ -43,9 +43,9 @@ as in their Vadam, Fig. 1)::
     P = E_q[diag ∇²U] + λ and E_q[∇U] + λ(μ − m₀) = 0, the stationarity conditions of the
     mean-field ELBO, so on a conjugate Gaussian model it lands on the exact mean-field optimum.
     On a non-convex U (a ReLU network) a draw's h can be negative, so ŝ is not the plain
-    average: it starts at the initial precision s₀ counted as one draw (w₀ = 1 − β₂,
-    wₜ = β₂ wₜ₋₁ + 1 − β₂: the bias-corrected average's weights, ρₜ ≈ 1/(t + 1) early and
-    1 − β₂ late) and moves by the Bayesian learning rule's step on the precision with its
+    average: it starts at the initial precision s₀ counted as one draw of weight 1 − β₂ (so
+    the draws so far weigh 1 − β₂ᵗ⁺¹, as in the bias-corrected average: ρₜ ≈ 1/(t + 1) early
+    and 1 − β₂ late) and moves by the Bayesian learning rule's step on the precision with its
     second-order term (Lin, Schmidt & Khan 2020, "Handling the positive-definite constraint
     in the Bayesian learning rule", ICML; the update of IVON, Shen et al. 2024): ŝ + λ > 0
     after any h, since a(1 + ρx + ρ²x²/2) > 0 for a = ŝ + λ > 0 and x = d / a. Its fixed
@@ -295,11 +295,12 @@ def natural_transition(
             # Each point's gradient at labels drawn from the model: positions in the batch
             # pick each point's labels out of the batch's draw.
             positions = be.asarray(np.arange(int(points.shape[0])), "int")
-            drawn = labels.simulate(zero, be.random.key(0), data, {plate: points})
+            drawn = labels.density.simulate(zero, be.random.key(0), data, {plate: points})
 
             def one_drawn(theta, data, index, position, drawn):
                 observed = labels.point(drawn, position, m)
-                return labels.potential(theta, data, {plate: m.reshape(index, (1,))}, observed)
+                one_point = {plate: m.reshape(index, (1,))}
+                return labels.density.potential(theta, data, one_point, None, observed)
 
             per_point_drawn = be.traced_vmap(
                 be.value_and_grad(one_drawn), (zero, data, points, positions, drawn),
@@ -317,8 +318,7 @@ def natural_transition(
         zeros = m.zeros_like(params["loc"])
         s_init = be.asarray(s0 if vogn else s0 * n_data)
         if hessian:  # ŝ itself, from the initial precision counted as one draw of weight 1 − β₂
-            return {"params": params, "m": zeros, "s": s_init, "t": m.sum(zeros),
-                    "w": m.sum(zeros) + (1.0 - b2)}  # fmt: skip
+            return {"params": params, "m": zeros, "s": s_init, "t": m.sum(zeros)}
         return {"params": params, "m": zeros, "s": zeros, "t": m.sum(zeros), "s0": s_init}
 
     def step(key, state, batch, lr):
@@ -346,7 +346,8 @@ def natural_transition(
             diff = grads[:pairs] - grads[pairs:]
             h = m.mean(diff * eps, axis=0) / (2.0 * sigma)
         elif fisher:
-            drawn = labels.simulate(thetas[0], label_key, batch.data, {plate: batch.indices})
+            drawn = labels.density.simulate(thetas[0], label_key, batch.data,
+                                            {plate: batch.indices})  # fmt: skip
             _, drawn_grads = per_point_drawn(thetas[0], batch.data, batch.indices, positions, drawn)
             dev = drawn_grads - m.mean(drawn_grads, axis=0)
             h = m.mean(dev * dev, axis=0) / n_data
@@ -359,12 +360,11 @@ def natural_transition(
         mom = b1 * state["m"] + (1.0 - b1) * g
         m_hat = mom / (1.0 - b1**t)
         if hessian:
-            # The same weighted average (rate ρ = (1 − β₂) / w, w the weight of the draws so
-            # far) with the second-order term of the Bayesian learning rule on the precision
+            # The same weighted average (rate ρ = (1 − β₂) / (1 − β₂ᵗ⁺¹), the weight of the
+            # draws so far with s₀'s counted) with the second-order term of the Bayesian learning rule on the precision
             # (Lin, Schmidt & Khan 2020; IVON, Shen et al. 2024): ŝ + λ stays positive
             # whatever the sign of a draw's h, where the plain average followed a negative one.
-            w = b2 * state["w"] + (1.0 - b2)
-            rate = (1.0 - b2) / w
+            rate = (1.0 - b2) / (1.0 - b2 ** (t + 1.0))
             dev, positive = h - state["s"], m.maximum(state["s"] + lam, 1e-30)
             s = state["s"] + rate * dev + 0.5 * rate**2 * dev**2 / positive
             s_hat = m.maximum(s, 0.0)
@@ -388,9 +388,7 @@ def natural_transition(
         loss = u_mean + m.sum(m.where(is_kl, kl_terms, -log_sigma)) + const
         grad_norm = m.sqrt(m.sum(g * g))
         new = {"params": {"loc": new_loc, "rho": new_rho}, "m": mom, "s": s, "t": t}
-        if hessian:
-            new["w"] = w
-        else:
+        if not hessian:
             new["s0"] = state["s0"]
         return new, {"loss": loss, "grad_norm": grad_norm}
 
