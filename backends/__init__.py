@@ -18,8 +18,8 @@ import importlib.util
 from functools import cache, lru_cache
 from importlib.metadata import entry_points
 
-from ..backend_protocol import Backend
-from ..errors import BackendError
+from ppl_bdl.backend_protocol import Backend
+from ppl_bdl.errors import BackendError
 
 __all__ = [
     "Backend", "available", "default", "default_name", "get", "libraries", "owner_of", "registered"
@@ -27,8 +27,8 @@ __all__ = [
 
 #: Built-in backends and the third-party packages each needs (checked without importing them).
 _BUILTIN = {
-    "pyro": ("ppl_bdl.backends.pyro:PyroBackend", ("torch", "pyro")),
-    "numpyro": ("ppl_bdl.backends.numpyro:NumPyroBackend", ("jax", "numpyro")),
+    "pyro": ("ppl_bdl.backends.pyro.backend:PyroBackend", ("torch", "pyro")),
+    "numpyro": ("ppl_bdl.backends.numpyro.backend:NumPyroBackend", ("jax", "numpyro")),
 }
 #: Which installed backend runs ``dist.X(...).log_prob`` / ``.sample`` outside any model, first
 #: found first (any backend gives the same numbers; JAX imports faster than torch).

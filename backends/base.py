@@ -10,10 +10,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import ClassVar
 
-from ..backend_protocol import LoopResult, NativeSettings, Optimizer
-from ..errors import BackendError
-from ..runtime import use_backend
-from . import get
+from ppl_bdl.backend_protocol import LoopResult, NativeSettings, Optimizer
+from ppl_bdl.backends import get
+from ppl_bdl.dsl.effects import use_backend
+from ppl_bdl.errors import BackendError
 
 __all__ = [
     "SHARD_MODES", "BackendBase", "LoopResult", "NativeSettings", "Optimizer", "device_names",
@@ -25,7 +25,7 @@ SHARD_MODES = ("chains", "data")
 
 
 class BackendBase:
-    """Base class of the built-in backends. See :mod:`ppl_bdl.backends.numpyro` for a full one."""
+    """Base class of the built-in backends. See :mod:`ppl_bdl.backends.numpyro.backend` for a full one."""
 
     name: ClassVar[str]
     #: The pip extra that installs this backend.

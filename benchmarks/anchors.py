@@ -24,14 +24,14 @@ import numpy as np
 
 import ppl_bdl as bdl
 from ppl_bdl import dist, nn
-from ppl_bdl.backends._jax_loop import chunk_header
+from ppl_bdl.backends.numpyro.loop import chunk_header
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.driver import Rates, _loop_step, plan_run, run_chains
-from ppl_bdl.inference.group_run import chunk_inputs
-from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.loop.chunked_run import chunk_inputs
+from ppl_bdl.inference.loop.driver import Rates, _loop_step, plan_run, run_chains
+from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.mcmc.sgmcmc import SGMCMCConfig, sgmcmc_transition
 from ppl_bdl.inference.setup import minibatch_plate
-from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
-from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.vi.runner import VIRun
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ network that fits its training labels is over-confident: calibration matters.
    ``--temperature`` says otherwise; both printed with the results). The gain sets the regime: at
    g = 1 the MAP network is under-confident after 64 epochs and the posteriors more so; from
    g = 2 on SGD over-fits the noisy labels (docs/benchmarks.md has the sweep). Scores on the test
-   set (``ppl_bdl.metrics``): accuracy, NLL (nats), Brier (summed over classes), ECE with 15
+   set (``ppl_bdl.posterior.metrics``): accuracy, NLL (nats), Brier (summed over classes), ECE with 15
    equal-width bins of the top-class probability (Guo et al. 2017). Targets: each Bayesian fit
    within 1 point of SGD's accuracy, with lower ECE and NLL.
 
@@ -163,7 +163,7 @@ def quality(args, backend: str, train, test) -> dict:
 
 
 def scores(probs, y) -> dict:
-    """``ppl_bdl.metrics``' scores of per-draw probabilities (what ``post.evaluate`` returns),
+    """``ppl_bdl.posterior.metrics``' scores of per-draw probabilities (what ``post.evaluate`` returns),
     plus the mean top-class probability (above the accuracy: over-confident)."""
     out = metrics.classification_metrics(probs, y, num_bins=NUM_BINS)
     out["confidence"] = float(probs.mean(axis=0).max(axis=-1).mean())

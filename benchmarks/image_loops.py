@@ -4,7 +4,7 @@ The anchors of the image benchmark, written straight against each library
 (``lax.conv_general_dilated`` / ``torch.nn.functional.conv2d``, ``jax.value_and_grad`` in a jitted
 ``lax.scan`` / a plain loop with ``torch.autograd.grad``), without ``ppl_bdl``:
 
-- ``forward(p, x)``: LeNet-5 or ResNet-20 on a dict of weights named as the ``ppl_bdl.nn`` sites
+- ``forward(p, x)``: LeNet-5 or ResNet-20 on a dict of weights named as the ``ppl_bdl.dsl.nn`` sites
   (``lenet5.conv1.weight``, ...), so one set of weights runs in either;
 - ``sgd``: SGD with momentum on the MAP objective (mean cross-entropy of the batch plus the
   Gaussian prior's ½ Σ λ_i w_i² / N, i.e. weight decay λ_i / N), the learning rate annealed to 0

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
 import ppl_bdl as bdl  # noqa: E402
-from ppl_bdl.posterior_chains import detach  # noqa: E402
+from ppl_bdl.posterior.chains import detach  # noqa: E402
 
 # The model is a closure over an anchors.Size; Ray's workers cannot import benchmarks/.
 ray.cloudpickle.register_pickle_by_value(anchors)

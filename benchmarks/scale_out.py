@@ -71,12 +71,12 @@ import anchors
 import numpy as np
 
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.driver import Rates, plan_run, run_chains
 from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition
-from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
+from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.mcmc.sgmcmc import SGMCMCConfig, sgmcmc_transition
+from ppl_bdl.inference.optim import unit_schedule
 from ppl_bdl.inference.setup import minibatch_plate
-from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
-from ppl_bdl.optim import unit_schedule
 
 #: Steps of the short and the long run per size (a few seconds per variant on two cores).
 LENGTHS = {"8-50-1": (1_000, 5_000), "784-100-10": (50, 250), "784-200-200-10": (20, 100)}
@@ -88,8 +88,8 @@ ENSEMBLE_LR = 1e-3
 def mesh_of_one(device: str):
     """A NumPyro backend on ``device`` whose loop inputs are placed on a mesh of that one
     device every chunk, as over several devices (a list of one device is placed plainly)."""
-    from ppl_bdl.backends._jax_shard import Placement
-    from ppl_bdl.backends.numpyro import NumPyroBackend
+    from ppl_bdl.backends.numpyro.backend import NumPyroBackend
+    from ppl_bdl.backends.numpyro.shard import Placement
 
     be = NumPyroBackend(device=device)  # not the cached backend of ``device``
     be._placement = Placement([be._jax_device], "chains")

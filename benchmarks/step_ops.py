@@ -23,7 +23,7 @@ from collections import Counter
 
 import anchors
 
-from ppl_bdl.backends._jax_ops import body_kernels, float_gates
+from ppl_bdl.backends.numpyro.loop_ops import body_kernels, float_gates
 
 STEPS = 50
 

@@ -7,7 +7,7 @@ z = mu + sigma * eps per image, the dense decoder 4-256-ReLU-256 giving Bernoull
 (N/B) sum_i [log p(x_i | z_i) - KL(q(z_i | x_i) || N(0, I))] (the KL in closed form, Algorithm 4's
 line 5) and one Adam step (lr 1e-3, constant) on encoder and decoder together.
 
-- ours: :class:`ppl_bdl.inference.vi.VIRun` with ``guides.Amortized`` on
+- ours: :class:`ppl_bdl.inference.vi.runner.VIRun` with ``guides.Amortized`` on
   ``models.vae.vae_model`` (what ``bdl.fit(..., method="vi")`` drives: the project's loop, with
   the epoch's minibatch indices and every step's loss read back), timed in ``steps(S)`` calls
   after a warm-up (compiled once);
@@ -36,7 +36,7 @@ import numpy as np
 
 from ppl_bdl import guides
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.vi.runner import VIRun
 from ppl_bdl.models import vae
 
 N, B, SIZE, LATENT, HIDDEN, LR = 2000, 64, 16, 4, 256, 1e-3

@@ -203,7 +203,7 @@ def hand_vi_pyro(X, y):
 # -- (b) ours ---------------------------------------------------------------------------------
 def ours(backend, X, y, guide="meanfield", **kw):
     from ppl_bdl.inference.common import prepare
-    from ppl_bdl.inference.vi import VIRun
+    from ppl_bdl.inference.vi.runner import VIRun
 
     setup = prepare(bnn(X, y), backend, "float32", 0)
     vi = VIRun(setup, 0, guide=guide, batch_size=B, lr=LR, **kw)

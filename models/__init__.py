@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import bnn, hmm, images, mixture, posteriordb, regression, timeseries, vision
+from ppl_bdl.models import bnn, hmm, images, mixture, posteriordb, regression, timeseries, vision
 
 __all__ = [
     "bnn", "examples", "hmm", "images", "mixture", "posteriordb", "regression", "timeseries",

@@ -1,4 +1,4 @@
-"""Bayesian neural networks built from :class:`ppl_bdl.nn.MLP`.
+"""Bayesian neural networks built from :class:`ppl_bdl.dsl.nn.MLP`.
 
 A BNN ``f_θ(x) = W_L g(... g(W_1 x + b_1)) + b_L`` with Gaussian priors on every weight and bias
 (prior scale s; weight decay λ = 1/s² in the MAP view), and a Gaussian likelihood for regression or
@@ -266,7 +266,7 @@ def make_blobs(n: int = 60, num_classes: int = 3, seed: int = 0) -> tuple[np.nda
 
 def examples() -> dict:
     """Small bound models for the conformance suite."""
-    from .regression import make_sine_data
+    from ppl_bdl.models.regression import make_sine_data
 
     X, y = make_sine_data(n=30, seed=1)
     Xc, yc = make_blobs(n=30, num_classes=3, seed=1)

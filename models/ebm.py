@@ -24,8 +24,7 @@ import numpy as np
 
 import ppl_bdl as bdl
 from ppl_bdl import nn
-
-from . import images
+from ppl_bdl.models import images
 
 #: Settings of the 2-D examples: persistent SGLD chains of K = 20 steps at α = 0.01 (Eq. 3.7),
 #: 1000 Adam updates with a cosine learning rate, so that θ settles and long chains from noise

@@ -11,7 +11,7 @@ Example
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.models import hmm
 >>> y = np.array([-1.1, -0.8, -1.2, 1.0, 0.9, 1.3])
->>> from ppl_bdl.layout import trace_model
+>>> from ppl_bdl.trace.layout import trace_model
 >>> sites = trace_model(hmm.gaussian_hmm(y, np.array([-1.0, 1.0])), bdl.backends.get("numpyro"))
 >>> sites["z"].value.shape, sites["trans"].value.shape   # one state per step; K x K
 ((6,), (2, 2))

@@ -12,7 +12,7 @@ Example
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.models import timeseries
 >>> y = timeseries.simulate_volatility(30, mu=-1.0, phi=0.9, sigma=0.3, seed=0)
->>> from ppl_bdl.layout import trace_model
+>>> from ppl_bdl.trace.layout import trace_model
 >>> sites = trace_model(timeseries.stochastic_volatility(y), bdl.backends.get("numpyro"))
 >>> sites["h_std"].value.shape, sites["h"].value.shape   # a log-volatility per step
 ((30,), (30,))

@@ -45,10 +45,9 @@ from typing import Any
 import numpy as np
 
 import ppl_bdl as bdl
-from ppl_bdl.diagnostics import ConvergenceWarning
 from ppl_bdl.errors import DataError
-
-from .bnn import make_bnn_regression
+from ppl_bdl.models.bnn import make_bnn_regression
+from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 
 #: Environment variable naming the folder that holds ``uci/`` (default ../shared/data).
 DATA_ENV = "PPL_BDL_DATA"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .uci import Protocol, UCIResult, UCISplit, protocol, run_uci, uci_model
+from ppl_bdl.models.uci import Protocol, UCIResult, UCISplit, protocol, run_uci, uci_model
 
 #: Adam at the mean-field guide's default lr (0.01); vogn at 0.05 with β₂ = 0.99 (on yacht's
 #: split 0 at 4,000 steps: test LL −2.64 with the paper's β₂ = 0.999, −2.60 with 0.99).

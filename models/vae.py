@@ -1,10 +1,10 @@
 """A variational auto-encoder on the stroke images of :mod:`ppl_bdl.models.images`: the chapter's
 Algorithm 4 (Kingma & Welling 2014), written in the DSL and fitted by ``method="vi"`` with an
-amortized guide (:class:`ppl_bdl.guides.Amortized`).
+amortized guide (:class:`ppl_bdl.inference.vi.guides.Amortized`).
 
 The model: z_i ~ N(0, I) (``latent_dim``), x_i | z_i ~ Bernoulli(logits = f_θ(z_i)) on binarised
 pixels, or N(f_θ(z_i), σ²) on grey levels (σ a ``bdl.param``); the decoder f_θ is a dense or a
-convolutional :mod:`ppl_bdl.nn` network whose weights are ``bdl.param`` sites (fitted by maximum
+convolutional :mod:`ppl_bdl.dsl.nn` network whose weights are ``bdl.param`` sites (fitted by maximum
 likelihood, as in the VAE of the text), or sample sites with He priors
 (``bayesian_decoder=True``: their guide is the amortized guide's global one, mean-field by
 default). The encoder g_φ(x) = [μ_φ(x), ρ_φ(x)] (σ = softplus(ρ)) is the mirror network.
@@ -35,8 +35,7 @@ import ppl_bdl as bdl
 from ppl_bdl import dist, guides, nn
 from ppl_bdl import math as bm
 from ppl_bdl.errors import ConfigError
-
-from . import images
+from ppl_bdl.models import images
 
 #: The settings of a fit (the chapter's Algorithm 4: minibatch SGD on the ELBO, here Adam):
 #: 64 images per step, lr 1e-3 decayed on a cosine.
@@ -60,7 +59,7 @@ def upsample2(x):
 
 
 def networks(architecture: str, size: int, latent_dim: int, hidden: int = 256):
-    """(encoder, decoder) :mod:`ppl_bdl.nn` networks for ``size`` x ``size`` one-channel
+    """(encoder, decoder) :mod:`ppl_bdl.dsl.nn` networks for ``size`` x ``size`` one-channel
     images: the encoder maps (B, 1, size, size) to (B, 2 · latent_dim), the decoder (B,
     latent_dim) to (B, 1, size, size) (logits or means)."""
     if architecture not in ARCHITECTURES:

@@ -1,6 +1,6 @@
 """Bayesian image classifiers: LeNet-5, ResNet-20 (CIFAR variant) and the 784-400-400-10 MLP.
 
-The networks are :mod:`ppl_bdl.nn` layers, so every model runs on every backend; images are NCHW.
+The networks are :mod:`ppl_bdl.dsl.nn` layers, so every model runs on every backend; images are NCHW.
 :func:`make_classifier` turns a network into the model ``y ~ Categorical(logits = f_θ(x))`` with the
 weights sampled once, outside the data plate, so a minibatch step runs only the batch.
 
@@ -50,7 +50,7 @@ def make_classifier(net: nn.Module) -> bdl.Model:
     <ppl_bdl.Model mlp>
     """
     if not isinstance(net, nn.Module):
-        raise ModelError(f"make_classifier expects a ppl_bdl.nn network, got {type(net).__name__}.")
+        raise ModelError(f"make_classifier expects a ppl_bdl.dsl.nn network, got {type(net).__name__}.")
 
     def classifier(X, y=None):
         f = net.sample()  # global weights, outside the plate
@@ -73,7 +73,7 @@ def lenet5(
 ) -> nn.Sequential:
     """LeNet-5 for ``image_size`` x ``image_size`` images (at least 12): sites ``{name}.conv1``,
     ``conv2``, ``fc1``, ``fc2``, ``fc3`` (``.weight``, ``.bias``). ``prior`` defaults to
-    :func:`~ppl_bdl.nn.he_normal`.
+    :func:`~ppl_bdl.dsl.nn.he_normal`.
 
     Example
     -------
@@ -121,10 +121,10 @@ def resnet20(
 
     Batch norm is left out: its running statistics are state shared across a batch, with no clean
     Bayesian reading. ``norm=None`` (default) has no normalisation; ``norm="layer"`` puts a
-    :class:`~ppl_bdl.nn.LayerNorm` over (C, H, W) with fixed gain and shift after each conv (it
+    :class:`~ppl_bdl.dsl.nn.LayerNorm` over (C, H, W) with fixed gain and shift after each conv (it
     needs ``image_size``). Shortcuts that change the shape are 1x1 convs with stride 2 (the paper's
     option B). Sites: ``{name}.conv``, ``{name}.stage{s}.block{b}.conv1`` / ``conv2`` /
-    ``shortcut``, ``{name}.fc``. Without ``prior``: :func:`~ppl_bdl.nn.he_normal` everywhere, and
+    ``shortcut``, ``{name}.fc``. Without ``prior``: :func:`~ppl_bdl.dsl.nn.he_normal` everywhere, and
     for the second conv of each block a gain shrunk by √L for the L blocks (Fixup's rescaling of
     the residual branches, Zhang, Dauphin & Ma, 2019, Sec. 3), so the prior's logits stay O(1)
     without normalisation. Any input size works (global average pooling).

@@ -17,10 +17,11 @@ Example
 (1, 200, 2)
 """
 
-from . import backends, dist, ebm, guides, kernels, math, nn, random
-from .control_flow import scan
-from .diagnostics import ConvergenceError, ConvergenceWarning, Diagnostics
-from .errors import (
+from ppl_bdl import backends, dist, guides, kernels, math, nn, random
+from ppl_bdl.dsl.control_flow import scan
+from ppl_bdl.dsl.model import BoundModel, Model, model
+from ppl_bdl.dsl.primitives import deterministic, factor, param, plate, sample
+from ppl_bdl.errors import (
     BackendError,
     ConfigError,
     DataError,
@@ -29,18 +30,18 @@ from .errors import (
     ModelError,
     PPLError,
 )
-from .executor import InProcessExecutor
-from .fit import CostWarning, fit
-from .guides.custom import guide
-from .inference.native_kernel import native_kernel
-from .model import BoundModel, Model, model
-from .persistence import load
-from .posterior import Posterior
-from .posterior_chains import merge_chains
-from .predictive import PredictiveResult, prior_predictive
-from .primitives import deterministic, factor, param, plate, sample
-from .process_executor import DeviceExecutor
-from .ray_executor import RayExecutor
+from ppl_bdl.inference import ebm
+from ppl_bdl.inference.mcmc.native_kernel import native_kernel
+from ppl_bdl.inference.vi.guides.custom import guide
+from ppl_bdl.posterior.chains import merge_chains
+from ppl_bdl.posterior.diagnostics import ConvergenceError, ConvergenceWarning, Diagnostics
+from ppl_bdl.posterior.persistence import load
+from ppl_bdl.posterior.posterior import Posterior
+from ppl_bdl.posterior.predictive import PredictiveResult, prior_predictive
+from ppl_bdl.run.executor import InProcessExecutor
+from ppl_bdl.run.fit import CostWarning, fit
+from ppl_bdl.run.process_executor import DeviceExecutor
+from ppl_bdl.run.ray_executor import RayExecutor
 
 __version__ = "0.1.0"
 

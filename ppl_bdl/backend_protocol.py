@@ -15,7 +15,7 @@ The groups:
 - :class:`Distributions`: neutral specs to native distributions, bijections, and the native
   primitives a lowered model calls.
 - :class:`Optimizers`: an :class:`Optimizer` (``init``, ``update``) from an
-  :class:`~ppl_bdl.optim.OptimizerConfig`, built from the backend's own library.
+  :class:`~ppl_bdl.inference.optim.OptimizerConfig`, built from the backend's own library.
 - :class:`NativeSamplers`: the backend's NUTS/HMC, and our SG-MCMC kernels as its native kernels.
 - :class:`Enumeration`: discrete latent sites summed out, and drawn from their conditional.
 - :class:`Devices`: where arrays live (``fit(..., device=...)``).
@@ -94,7 +94,7 @@ class Optimizer(NamedTuple):
     """Optax's contract, with the step's lr and a flag for in-place optimizers:
     ``init(params) -> state`` and ``update(grads, state, params, apply, lr) -> (params, state)``.
     ``lr`` is the step's learning rate (a scalar; the schedule is the caller's, evaluated per
-    step: :class:`~ppl_bdl.inference.driver.Rates`). ``apply`` (a scalar boolean array) is
+    step: :class:`~ppl_bdl.inference.loop.driver.Rates`). ``apply`` (a scalar boolean array) is
     False for a step whose loss or gradient is not finite: the loop stops there and keeps the
     state from before it (see :class:`LoopResult`), so a functional optimizer (optax) may update
     regardless, while one that changes the parameters in place (``torch.optim``) must not
@@ -208,7 +208,7 @@ class Arrays(Protocol):
         array that NumPy values mix with on either side of an operator (``np.log(w) - mu``),
         as JAX arrays do. ``strict`` (the validating run): one that also refuses to become a
         Python bool, number or NumPy array while the model runs, raising
-        :class:`~ppl_bdl.model_errors.ValueConversionError` (on a backend whose traced steps
+        :class:`~ppl_bdl.dsl.model_errors.ValueConversionError` (on a backend whose traced steps
         would freeze such a value rather than refuse it)."""
         ...
 
@@ -301,7 +301,7 @@ class NativeSamplers(Protocol):
         ...
 
     def native_sgmcmc_kernel(self, spec: Any) -> Any:
-        """Our SG-MCMC transition (``spec``: :class:`ppl_bdl.inference.native_kernel.NativeSpec`) as a
+        """Our SG-MCMC transition (``spec``: :class:`ppl_bdl.inference.mcmc.native_kernel.NativeSpec`) as a
         kernel of the backend's own MCMC driver."""
         ...
 
@@ -338,7 +338,7 @@ class Devices(Protocol):
     to :meth:`place`, naming its chain and batch axes, and pads the chains to a multiple of
     :attr:`device_count`; the backend decides the rest. A backend that runs one stream of
     work per process spreads chains over devices one worker process per device instead
-    (:meth:`process_devices`, :mod:`ppl_bdl.process_executor`); what it cannot spread it
+    (:meth:`process_devices`, :mod:`ppl_bdl.run.process_executor`); what it cannot spread it
     refuses when it is made, saying what it supports.
     """
 
@@ -380,8 +380,8 @@ class Modules(Protocol):
     def lift_module(self, module: Any) -> Any:
         """A network of the backend's own module library (a ``torch.nn.Module``, an
         ``equinox.Module``) as its named parameters and a pure forward pass
-        (:class:`ppl_bdl.nn.ModuleParts`), or None for a module of another kind
-        (:func:`ppl_bdl.nn.lift`)."""
+        (:class:`ppl_bdl.dsl.nn.ModuleParts`), or None for a module of another kind
+        (:func:`ppl_bdl.dsl.nn.lift`)."""
         ...
 
 

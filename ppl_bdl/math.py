@@ -20,7 +20,7 @@ from __future__ import annotations
 import math as _math
 from typing import Any
 
-from .runtime import current_backend
+from ppl_bdl.dsl.effects import current_backend
 
 Array = Any
 

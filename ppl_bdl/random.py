@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .runtime import current_backend
+from ppl_bdl.dsl.effects import current_backend
 
 
 def key(seed: int) -> Any:

@@ -1,4 +1,4 @@
-"""Every family of ``ppl_bdl.dist`` with parameters, test points and exact answers.
+"""Every family of ``ppl_bdl.dsl.dist`` with parameters, test points and exact answers.
 
 Each case gives the family's log density from SciPy (or a closed form where SciPy has none), and
 its mean and variance, for tests/test_dist_families.py. Parameters include batch shapes.

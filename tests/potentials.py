@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 import ppl_bdl as bdl
-from ppl_bdl.layout import LatentLayout, ModelDensity, trace_model
+from ppl_bdl.trace.layout import LatentLayout, ModelDensity, trace_model
 
 NUTS = dict(num_warmup=15, num_samples=10, num_chains=1, max_tree_depth=3, progress=False)
 VI = dict(method="vi", num_steps=30, num_samples=10, progress=False)

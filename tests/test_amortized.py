@@ -4,7 +4,7 @@ errors, and a global guide beside the encoder.
 
 Every fit here is in float64: the models add NumPy constants to the latents, and JAX 0.10's
 dispatch cache feeds a float32 buffer to an op compiled under ``enable_x64`` when one process
-mixes the two precisions (see backends/_numpyro_dists.py)."""
+mixes the two precisions (see backends/numpyro/dists.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from scipy.stats import multivariate_normal
 import ppl_bdl as bdl
 from ppl_bdl import dist, guides, nn
 from ppl_bdl.errors import ConfigError, DataError, ModelError
-from ppl_bdl.guides.base import inverse_softplus
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.vi.guides.base import inverse_softplus
+from ppl_bdl.inference.vi.runner import VIRun
 
 D, K, N, SIGMA = 4, 2, 300, 0.5
 _rng = np.random.default_rng(0)
@@ -281,7 +281,7 @@ def test_errors_name_what_is_wrong():
         _fit(ppca_bayes(X), guides.Amortized(_encoder()), rank=2)
     with pytest.raises(ConfigError, match="unknown Amortized family"):
         guides.Amortized(_encoder(), family="flow")
-    with pytest.raises(ConfigError, match="ppl_bdl.nn network"):
+    with pytest.raises(ConfigError, match="ppl_bdl.dsl.nn network"):
         guides.Amortized(lambda x: x)
     with pytest.raises(ConfigError, match="distinct site names"):
         guides.Amortized(_encoder(), sites=["z", "z"])

@@ -169,7 +169,7 @@ def _function_level_imports() -> list[tuple[str, int, str]]:
 
 
 #: A backend module may import its own heavy pieces (``numpyro.infer``, ``funsor``, ``torch.fx``
-#: behind ``backends/_numpyro_mcmc.py``, ``_numpyro_enum.py``, ``_jax_lift.py``, ``_pyro_*.py``,
+#: behind ``backends/numpyro/mcmc.py``, ``_numpyro_enum.py``, ``_jax_lift.py``, ``_pyro_*.py``,
 #: ``_torch_lift.py``) when an entry point that needs them is first called, so that getting a
 #: backend stays fast. These are the only imports of the package's own modules inside functions
 #: that stay: 12 today (NumPyro 7, Pyro 5).

@@ -24,12 +24,12 @@ from scipy import special, stats
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl import math as bm
-from ppl_bdl.diagnostics import ConvergenceWarning
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.inference.cavi_updates import CAVIProgram
+from ppl_bdl.inference.cavi.conjugacy import recognise
+from ppl_bdl.inference.cavi.updates import CAVIProgram
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.conjugacy import recognise
 from ppl_bdl.models import mixture, regression
+from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 
 F64 = dict(method="cavi", precision="float64", progress=False, num_samples=200, tol=1e-13)
 
@@ -262,7 +262,7 @@ def test_gmm_reaches_the_optimum_of_the_gradient_meanfield_fit(backend, gmm_fits
     np.testing.assert_allclose(vi_scale[v], cavi["scale"][c], rtol=0.10)
 
 
-@pytest.mark.filterwarnings("ignore::ppl_bdl.diagnostics.ConvergenceWarning")  # k̂ ~0.7 here
+@pytest.mark.filterwarnings("ignore::ppl_bdl.posterior.diagnostics.ConvergenceWarning")  # k̂ ~0.7 here
 def test_restarts_keep_the_best_start():
     bimodal = np.concatenate([np.random.default_rng(1).normal(m, 1.0, 300) for m in (-2, 1, 3)])
     post = bdl.fit(thesis_gmm(bimodal, 3), backend="numpyro", restarts=3, **F64)

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl import cli, cli_data, cli_flags
-from ppl_bdl.diagnostics import ConvergenceError, Diagnostics, Finding
+from ppl_bdl.cli import data as cli_data
+from ppl_bdl.cli import flags as cli_flags
+from ppl_bdl.cli import main as cli
 from ppl_bdl.models.regression import make_regression_data
+from ppl_bdl.posterior.diagnostics import ConvergenceError, Diagnostics, Finding
 
 #: The example data file docs/cli.md shows (columns X.0, X.1, y for linear_regression).
 EXAMPLE_CSV = Path(__file__).resolve().parents[1] / "docs" / "examples" / "regression.csv"
@@ -161,7 +163,7 @@ def test_flags_that_do_not_apply_fail_before_the_backend_is_imported(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps({"X": [[1.0, 2.0]], "y": [1.0]}))
     script = textwrap.dedent(f"""
         import contextlib, io, json, sys
-        from ppl_bdl import cli
+        from ppl_bdl.cli import main as cli
         results = []
         for flags in {[flags for flags, _ in NOT_APPLYING]!r}:
             err = io.StringIO()
@@ -277,7 +279,7 @@ def test_demo_does_not_overwrite_an_earlier_demo(tmp_path, capsys, monkeypatch):
     backend = bdl.backends.available()[0]
     (tmp_path / f"{backend}_eight_schools.nc").write_text("an earlier demo")
     ran = []
-    monkeypatch.setattr("ppl_bdl.demo.run_demo", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr("ppl_bdl.cli.demo.run_demo", lambda *a, **k: ran.append(a))
     assert cli.main(["demo", "--out", str(tmp_path), "--backends", backend]) == 2
     err = capsys.readouterr().err
     assert f"{backend}_eight_schools.nc" in err and "--force" in err and not ran
@@ -363,7 +365,7 @@ def test_demo_quick_writes_results(tmp_path, capsys):
 @pytest.mark.slow
 def test_demo_console_script_on_every_backend(tmp_path):
     exe = shutil.which("ppl-bdl")
-    cmd = [exe] if exe else [sys.executable, "-m", "ppl_bdl.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "ppl_bdl.cli.main"]
     out = tmp_path / "demo"
     run = subprocess.run([*cmd, "demo", "--out", str(out)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -20,7 +20,7 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import models
-from ppl_bdl.layout import trace_model
+from ppl_bdl.trace.layout import trace_model
 
 THIRD = Path(__file__).resolve().parent / "third_backend"
 BACKENDS = [

@@ -58,9 +58,9 @@ def test_data_types_bind(backend):
     X, y = _data()
     frame = pd.DataFrame(X)
     series = pd.Series(y)
-    sites = bdl.layout.trace_model(linreg(frame, series), bdl.backends.get(backend))
+    sites = bdl.trace.layout.trace_model(linreg(frame, series), bdl.backends.get(backend))
     assert tuple(sites["y"].value.shape) == (40,)
-    sites = bdl.layout.trace_model(linreg(X.tolist(), list(y)), bdl.backends.get(backend))
+    sites = bdl.trace.layout.trace_model(linreg(X.tolist(), list(y)), bdl.backends.get(backend))
     assert tuple(sites["w"].value.shape) == (3,)
 
 
@@ -73,7 +73,7 @@ def test_event_shapes_outside_and_inside_plates(backend):
             bdl.sample("z", dist.Normal(0.0, 1.0), shape=(2,))
             bdl.sample("u", dist.Normal(0.0, 1.0))
 
-    sites = bdl.layout.trace_model(shapes(), bdl.backends.get(backend), missing="prior")
+    sites = bdl.trace.layout.trace_model(shapes(), bdl.backends.get(backend), missing="prior")
     assert sites["w"].shape.value == (2, 3) and sites["w"].shape.event_ndims == 2
     assert sites["v"].shape.value == (4,) and sites["v"].shape.event_ndims == 1
     assert sites["z"].shape.value == (5, 2) and sites["z"].shape.batch == (5,)

@@ -1,5 +1,5 @@
 """Every fit is checked, and what is off is said: ``post.diagnostics``, one warning, or an error
-under ``strict=True`` (:mod:`ppl_bdl.diagnostics`).
+under ``strict=True`` (:mod:`ppl_bdl.posterior.diagnostics`).
 
 The checks are first held against draws whose answer is known (iid chains are clean, chains
 around different centres are not), then run end to end on both backends: the issue's runs
@@ -16,7 +16,8 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.diagnostics import (
+from ppl_bdl.models.regression import linear_regression, make_regression_data
+from ppl_bdl.posterior.diagnostics import (
     ConvergenceError,
     ConvergenceWarning,
     check_fit,
@@ -24,8 +25,7 @@ from ppl_bdl.diagnostics import (
     sampler_findings,
     vi_findings,
 )
-from ppl_bdl.models.regression import linear_regression, make_regression_data
-from ppl_bdl.posterior import Posterior
+from ppl_bdl.posterior.posterior import Posterior
 
 
 def _iid(chains: int, draws: int, seed: int = 0, shift=None) -> np.ndarray:

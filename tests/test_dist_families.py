@@ -1,4 +1,4 @@
-"""Every family of ppl_bdl.dist on every backend: densities against SciPy, gradients against finite
+"""Every family of ppl_bdl.dsl.dist on every backend: densities against SciPy, gradients against finite
 differences, draws against exact moments, shapes, parameter validation and supports."""
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def test_support_violation_names_the_first_bad_point(spec, good, bad, index):
 
 def test_positive_definite_bijection_of_the_pyro_backend():
     torch = pytest.importorskip("torch")
-    from ppl_bdl.backends._pyro_families import PositiveDefiniteTransform
+    from ppl_bdl.backends.pyro.families import PositiveDefiniteTransform
 
     t = PositiveDefiniteTransform()
     x = torch.tensor([0.3, -0.5, 0.2, 0.7, 0.1, -0.4], dtype=torch.float64)

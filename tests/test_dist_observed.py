@@ -11,7 +11,7 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl import math as bm
-from ppl_bdl.interpreter import Evaluator
+from ppl_bdl.trace.interpreter import Evaluator
 
 BACKENDS = bdl.backends.available()
 #: A tiny NUTS run: these tests check that fits run and what they are given, not the posterior.
@@ -144,7 +144,7 @@ def test_lowered_models_take_bool_and_float_labels(backend):
     be = bdl.backends.get(backend)
     for obs, model in ((y.astype(bool), logreg), (np.array([0.0, 2.0, 1.0]), labels)):
         bound = model(X, obs) if model is logreg else model(obs)
-        sites = bdl.layout.trace_model(bound, be, missing="prior")
+        sites = bdl.trace.layout.trace_model(bound, be, missing="prior")
         native = bound.lower(backend)
         log_density = _native_log_density(backend, native, sites)
         assert np.isfinite(log_density)
@@ -339,7 +339,7 @@ def test_an_observed_delta_off_its_point_is_a_data_error():
             bdl.sample("y", dist.Delta(np.array([1.0, 2.0])[i]), obs=y[i])
 
     with pytest.raises(bdl.DataError, match=r"2.5 at index \(1,\).*exactly the point"):
-        bdl.layout.trace_model(pinned(np.array([1.0, 2.5])), bdl.backends.get("numpyro"))
+        bdl.trace.layout.trace_model(pinned(np.array([1.0, 2.5])), bdl.backends.get("numpyro"))
 
 
 LATENT_FAMILIES = {  # continuous families the layout maps to R^k through each support's bijection

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppl_bdl.diagnostics import ConvergenceWarning
+from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 

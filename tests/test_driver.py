@@ -11,7 +11,7 @@ import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl import math as bm
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.vi.runner import VIRun
 
 
 def test_loop_contract(backend):
@@ -25,7 +25,7 @@ def test_loop_contract(backend):
 def test_both_shapes_of_the_jax_loop_keep_the_contract(on_cpu):
     """JAX's loop has a CPU shape (segments of ungated steps, a gated re-run after a failure) and
     a GPU shape (a gated scan): both run here, whatever the device."""
-    from ppl_bdl.backends._jax_loop import compile_loop
+    from ppl_bdl.backends.numpyro.loop import compile_loop
 
     be = bdl.backends.get("numpyro")
     _check_loop_contract(be, compile_loop(_grow, lambda state: state, on_cpu=on_cpu))

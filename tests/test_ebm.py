@@ -264,7 +264,7 @@ def test_an_energy_that_is_not_one_number_per_point_is_refused():
     with pytest.raises(bdl.ModelError, match=r"to shape \(2, 3\); an energy is one number per "
                                              r"point, so expected \(2,\) or \(2, 1\)"):  # fmt: skip
         _fit(net=nn.MLP("energy", [2, 8, 3]))
-    with pytest.raises(bdl.ModelError, match=r"must be a ppl_bdl.nn network .* got function"):
+    with pytest.raises(bdl.ModelError, match=r"must be a ppl_bdl.dsl.nn network .* got function"):
         _fit(net=lambda x: x.sum(-1))
 
 

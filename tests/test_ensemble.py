@@ -11,15 +11,15 @@ from scipy import stats
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.diagnostics import ConvergenceWarning
 from ppl_bdl.errors import ConfigError, InferenceError
-from ppl_bdl.inference import driver
 from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition, resolve_anchors
-from ppl_bdl.inference.group_run import chunk_inputs
-from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.loop import driver
+from ppl_bdl.inference.loop.chunked_run import chunk_inputs
+from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.optim import unit_schedule
 from ppl_bdl.inference.setup import minibatch_plate, prepare
 from ppl_bdl.models import bnn, regression
-from ppl_bdl.optim import unit_schedule
+from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 
 
 def _fit(bound, backend, **options):
@@ -206,8 +206,8 @@ def test_the_anchored_step_has_no_per_step_gate():
     step (tests/test_loop_ops.py's guard for SG-MCMC): a non-finite step is the loop's to drop,
     and the anchored term adds arithmetic only."""
     pytest.importorskip("jax")
-    from ppl_bdl.backends._jax_loop import chunk_header  # imports jax
-    from ppl_bdl.backends._jax_ops import float_gates
+    from ppl_bdl.backends.numpyro.loop import chunk_header  # imports jax
+    from ppl_bdl.backends.numpyro.loop_ops import float_gates
 
     X, y = _linear_data()
     setup = prepare(regression.linear_regression_known_noise(X, y), "numpyro", "float32", 0)

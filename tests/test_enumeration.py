@@ -24,10 +24,10 @@ from scipy.special import logsumexp
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.enumeration import posterior_draws
 from ppl_bdl.errors import ConfigError, ModelError
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.layout import ModelDensity
+from ppl_bdl.trace.enumeration import posterior_draws
+from ppl_bdl.trace.layout import ModelDensity
 
 WEIGHTS = np.array([0.3, 0.7])
 Y = np.array([-2.3, -1.1, 0.2, 1.4, 2.8, 0.9])

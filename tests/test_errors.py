@@ -125,7 +125,7 @@ def test_sample_needs_a_neutral_distribution():
     def native_dist():
         bdl.sample("z", nd.Normal(0.0, 1.0))
 
-    with pytest.raises(bdl.ModelError, match="ppl_bdl.dist"):
+    with pytest.raises(bdl.ModelError, match="ppl_bdl.dsl.dist"):
         _fit(native_dist())
 
 

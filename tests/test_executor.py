@@ -1,6 +1,6 @@
 """The executor layer without Ray: groups of chains merged into the run in one process, the
 merge's checks, what a failed or interrupted group becomes, and the settings' errors; the
-worker processes of :class:`~ppl_bdl.process_executor.DeviceExecutor` (one per device): a
+worker processes of :class:`~ppl_bdl.run.process_executor.DeviceExecutor` (one per device): a
 worker that dies, retried or named, and Ctrl-C."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl import dist, process_executor, ray_executor
-from ppl_bdl.executor import ChainJob, ExecutorError, GroupResult, run_job, split_chains
-from ppl_bdl.posterior_chains import detach, merge_chains
-from ppl_bdl.process_executor import DeviceExecutor
+from ppl_bdl import dist
+from ppl_bdl.posterior.chains import detach, merge_chains
+from ppl_bdl.run import process_executor, ray_executor
+from ppl_bdl.run.executor import ChainJob, ExecutorError, GroupResult, run_job, split_chains
+from ppl_bdl.run.process_executor import DeviceExecutor
 
 
 @bdl.model

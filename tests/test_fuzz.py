@@ -1,6 +1,6 @@
 """Fuzz: random small models, fitted briefly with NUTS and mean-field VI on every backend.
 
-A seeded generator writes the source of a small model (random families from ``ppl_bdl.dist``
+A seeded generator writes the source of a small model (random families from ``ppl_bdl.dsl.dist``
 with valid or invalid parameters, random shapes, 0-2 nested plates, local and global latents,
 observed values in and out of support, random dtypes and precision) and its data. Each model is
 fitted with NUTS (20 warmup, 20 draws, one chain, tree depth <= 4) and with mean-field VI (20

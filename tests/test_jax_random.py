@@ -1,4 +1,4 @@
-"""The NumPyro backend's ``fold_in`` and ``normal`` (backends/_jax_random.py) draw JAX's own bits."""
+"""The NumPyro backend's ``fold_in`` and ``normal`` (backends/numpyro/random.py) draw JAX's own bits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from ppl_bdl.backends._jax_random import fold_in, normal, threefry2x32  # noqa: E402
+from ppl_bdl.backends.numpyro.random import fold_in, normal, threefry2x32  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", [0, 1, 12345, 2**31 - 1])

@@ -12,7 +12,7 @@ Two counts, both read off the programs JAX builds (no timing):
   copies of the step, the lean one that runs between kept steps), after optimisation. At a toy
   network's size each costs about a microsecond, a step a few dozen. The hand-written step is as
   lean as it gets (the gradient only, keys split ahead, as BlackJAX's users write it); ours may
-  run one more (its key's hash, fused into one kernel by ``backends/_jax_random.py``): between
+  run one more (its key's hash, fused into one kernel by ``backends/numpyro/random.py``): between
   kept steps it computes no potential, no gradient norm, no info and no finite flag (the loop
   checks the state at kept steps and at the chunk's end; a non-finite state stays non-finite).
 """
@@ -25,21 +25,22 @@ import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl import blocks, dist, nn
-from ppl_bdl.inference import driver
+from ppl_bdl import dist, nn
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.group_run import chunk_inputs
-from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.loop import driver
+from ppl_bdl.inference.loop.chunked_run import chunk_inputs
+from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.mcmc import blocks
+from ppl_bdl.inference.mcmc.sgmcmc import SGMCMCConfig, sgmcmc_transition
 from ppl_bdl.inference.setup import minibatch_plate
-from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
 
 pytest.importorskip("jax")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from ppl_bdl.backends._jax_loop import chunk_header  # noqa: E402
-from ppl_bdl.backends._jax_ops import body_kernels, float_gates  # noqa: E402
-from ppl_bdl.backends._jax_random import normal  # noqa: E402
+from ppl_bdl.backends.numpyro.loop import chunk_header  # noqa: E402
+from ppl_bdl.backends.numpyro.loop_ops import body_kernels, float_gates  # noqa: E402
+from ppl_bdl.backends.numpyro.random import normal  # noqa: E402
 
 N, B, STEPS, ROWS = 200, 10, 50, 2
 #: Kernels per step ours may run beyond the lean hand-written step's (see the module docstring):

@@ -1,4 +1,4 @@
-"""Classification and regression metrics (ppl_bdl.metrics) and Posterior.evaluate."""
+"""Classification and regression metrics (ppl_bdl.posterior.metrics) and Posterior.evaluate."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl import metrics as M
 from ppl_bdl.errors import ConfigError, DataError, ModelError
 from ppl_bdl.models import bnn
+from ppl_bdl.posterior import metrics as M
 
 # -- closed forms on small cases ----------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ppl_bdl.inference.minibatch import EpochBatches
+from ppl_bdl.inference.loop.minibatch import EpochBatches
 
 
 def test_the_sequence_is_one_permutation_per_epoch():

@@ -156,6 +156,6 @@ def test_a_lowered_model_raises_the_same_error():
     ],
 )
 def test_which_errors_are_shape_errors(error, wrapped):
-    from ppl_bdl.model_errors import is_shape_error
+    from ppl_bdl.dsl.model_errors import is_shape_error
 
     assert is_shape_error(error) is wrapped

@@ -167,7 +167,7 @@ def test_numpy_on_both_sides_gives_the_same_potential_everywhere(backend, name):
 def _check_potential(backend, name):
     original, changed = CASES[name]
     be = bdl.backends.get(backend)
-    from ppl_bdl.layout import LatentLayout, trace_model
+    from ppl_bdl.trace.layout import LatentLayout, trace_model
 
     dim = LatentLayout.from_sites(trace_model(original, be), be).dim
     assert_same_potential(changed, original, backend, dim)

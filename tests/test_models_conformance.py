@@ -15,7 +15,7 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import models
-from ppl_bdl.layout import trace_model
+from ppl_bdl.trace.layout import trace_model
 
 EXAMPLES = models.examples()
 SMALL = dict(num_warmup=20, num_samples=10, num_chains=2, max_tree_depth=4, progress=False)

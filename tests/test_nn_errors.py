@@ -1,4 +1,4 @@
-"""Clear errors from ppl_bdl.nn: a shape mismatch names the layer, the shape seen and the shape
+"""Clear errors from ppl_bdl.dsl.nn: a shape mismatch names the layer, the shape seen and the shape
 expected; bad settings are refused when the layer is built."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ppl_bdl.nn layers: the same outputs on both backends, equal to torch's own layers, for the same
+"""ppl_bdl.dsl.nn layers: the same outputs on both backends, equal to torch's own layers, for the same
 weights; site names and shapes."""
 
 from __future__ import annotations

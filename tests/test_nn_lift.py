@@ -107,7 +107,7 @@ def test_a_torch_module_on_numpyro_is_a_clear_error():
         bdl.fit(model(X, y), backend="numpyro", method="vi", num_steps=2, progress=False)
     msg = str(info.value)
     assert "torch.nn.Module (Sequential)" in msg and "'pyro' backend" in msg
-    assert "runs on the 'numpyro' backend" in msg and "ppl_bdl.nn" in msg
+    assert "runs on the 'numpyro' backend" in msg and "ppl_bdl.dsl.nn" in msg
 
 
 def test_a_lifted_module_composes_with_ppl_bdl_layers():
@@ -141,7 +141,7 @@ def test_bad_selections_and_overrides():
         nn.lift(torch_net(), bayesian="2.*", priors={"0.*": 0.1}).sites(PYRO)
     with pytest.raises(ModelError, match="priors\\['\\*'\\]: a prior scale must be a positive"):
         nn.lift(torch_net(), priors={"*": -1.0})
-    with pytest.raises(ModelError, match="a ppl_bdl.nn layer is Bayesian already"):
+    with pytest.raises(ModelError, match="a ppl_bdl.dsl.nn layer is Bayesian already"):
         nn.lift(nn.Dense("fc", 2, 2))
     with pytest.raises(ModelError, match="no installed backend .* can lift a builtins.object"):
         nn.lift(object()).sites(PYRO)
@@ -186,4 +186,4 @@ def test_an_equinox_module_on_pyro_is_a_clear_error():
         bdl.fit(model(X, y), backend="pyro", method="vi", num_steps=2, progress=False)
     msg = str(info.value)
     assert "equinox.Module (MLP)" in msg and "'numpyro' backend" in msg
-    assert "runs on the 'pyro' backend" in msg and "ppl_bdl.nn" in msg
+    assert "runs on the 'pyro' backend" in msg and "ppl_bdl.dsl.nn" in msg

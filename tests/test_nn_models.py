@@ -79,7 +79,7 @@ def test_resnet_options():
         vision.resnet20(norm="batch")
     with pytest.raises(bdl.ModelError, match="image_size must be an int >= 12"):
         vision.lenet5(image_size=8)
-    with pytest.raises(bdl.ModelError, match="expects a ppl_bdl.nn network"):
+    with pytest.raises(bdl.ModelError, match="expects a ppl_bdl.dsl.nn network"):
         vision.make_classifier(lambda x: x)
 
 

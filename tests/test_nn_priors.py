@@ -1,4 +1,4 @@
-"""Priors of ppl_bdl.nn layers: a scale, a fan function (He, Glorot), any distribution; inherited
+"""Priors of ppl_bdl.dsl.nn layers: a scale, a fan function (He, Glorot), any distribution; inherited
 from containers; and the draws of a model's weight sites follow them."""
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_bad_priors_are_refused_naming_the_layer(prior, fragment):
 
 def test_a_fan_function_must_return_a_distribution():
     layer = nn.Dense("fc", 2, 2, prior=lambda fan_in, fan_out: 0.1)
-    with pytest.raises(ModelError, match="must return a ppl_bdl.dist distribution"):
+    with pytest.raises(ModelError, match="must return a ppl_bdl.dsl.dist distribution"):
         layer.priors()
 
 

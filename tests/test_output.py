@@ -14,9 +14,9 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.diagnostics import ConvergenceWarning, Diagnostics, Finding
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.posterior import Posterior
+from ppl_bdl.posterior.diagnostics import ConvergenceWarning, Diagnostics, Finding
+from ppl_bdl.posterior.posterior import Posterior
 
 ROOT = Path(__file__).resolve().parents[1]
 Y = np.random.default_rng(0).normal(2.0, 1.0, size=20)
@@ -236,8 +236,8 @@ def test_demo_plots_have_one_title_and_labelled_axes(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ppl_bdl import demo
-    from ppl_bdl.predictive import PredictiveResult
+    from ppl_bdl.cli import demo
+    from ppl_bdl.posterior.predictive import PredictiveResult
 
     rng = np.random.default_rng(0)
     idata = az.from_dict(

@@ -167,7 +167,7 @@ def test_prior_predictive(backend):
 def test_datatree_export_matches_inference_data(fitted):
     """The ArviZ 1.x layout (xarray DataTree) holds the same groups, dims and values."""
     _, post, _, _ = fitted
-    from ppl_bdl.arviz_export import to_datatree
+    from ppl_bdl.posterior.arviz_export import to_datatree
 
     tree = to_datatree(post)
     idata = post.to_arviz()
@@ -183,8 +183,8 @@ def test_datatree_export_matches_inference_data(fitted):
 def test_datatree_netcdf_round_trip(fitted, tmp_path):
     import xarray as xr
 
-    from ppl_bdl.arviz_export import to_datatree
-    from ppl_bdl.posterior import from_arviz_data
+    from ppl_bdl.posterior.arviz_export import to_datatree
+    from ppl_bdl.posterior.posterior import from_arviz_data
 
     _, post, _, _ = fitted
     to_datatree(post).to_netcdf(tmp_path / "tree.nc")

@@ -20,8 +20,8 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.executor import ExecutorError, GroupResult
-from ppl_bdl.ray_executor import RayExecutor
+from ppl_bdl.run.executor import ExecutorError, GroupResult
+from ppl_bdl.run.ray_executor import RayExecutor
 
 ray = pytest.importorskip("ray")
 

@@ -102,7 +102,7 @@ def test_diamonds_numpyro_matches_reference():
 
 
 def _check_names_map_to_sites(name: str) -> None:
-    from ppl_bdl.layout import trace_model
+    from ppl_bdl.trace.layout import trace_model
 
     bound, reference = pdb.load(name)
     be = bdl.backends.get(bdl.backends.available()[0])

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl import dist, predictive_runner
+from ppl_bdl import dist
 from ppl_bdl.inference import common
 from ppl_bdl.models import bnn, regression
+from ppl_bdl.posterior import predictive_runner
 
 
 @pytest.fixture(scope="module")

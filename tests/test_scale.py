@@ -130,8 +130,8 @@ def test_data_parallel_steps_of_several_chains_and_of_vi():
 LOOP_CHECK = """
 import re
 import jax, jax.numpy as jnp, numpy as np
-from ppl_bdl.backends._jax_loop import compile_loop
-from ppl_bdl.backends._jax_shard import Placement
+from ppl_bdl.backends.numpyro.loop import compile_loop
+from ppl_bdl.backends.numpyro.shard import Placement
 
 C, L, N, B = 8, 40, 64, 8
 data = jnp.asarray(np.random.default_rng(0).normal(size=N), jnp.float32)
@@ -169,7 +169,7 @@ for on_cpu in (True, False):
         np.testing.assert_allclose(b.infos["v"], a.infos["v"], atol=1e-5)
     assert len(b.state["s"].sharding.device_set) == 4  # the chains stayed split
     program = split.split[False]
-    from ppl_bdl.backends._jax_loop import _specs, chunk_header
+    from ppl_bdl.backends.numpyro.loop import _specs, chunk_header
     header = chunk_header(keep, 30, 0, 6, on_cpu)
     specs = (_specs(placed[1]), _specs(placed[2]))
     text = program.lower(*placed, header, keep, length=L, num_rows=6,
@@ -183,7 +183,7 @@ placed = (batch.place(state, 0, None),
           batch.place(data, None, None))
 a, b = one(state, xs, data, keep, 20, 0, 6), one(*placed, keep, 20, 0, 6)
 np.testing.assert_allclose(np.asarray(b.state["s"]), np.asarray(a.state["s"]), atol=1e-6)
-from ppl_bdl.backends._jax_loop import chunk_header
+from ppl_bdl.backends.numpyro.loop import chunk_header
 header = chunk_header(keep, 20, 0, 6)
 text = one.fast.lower(*placed, header, length=L, num_rows=6, trace=True)
 print("data", sorted(set(re.findall(collective, text.compile().as_text()))))

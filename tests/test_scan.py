@@ -13,9 +13,9 @@ import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.errors import ModelError
 from ppl_bdl.inference.common import prepare, site_dims
-from ppl_bdl.layout import ModelDensity, trace_model
 from ppl_bdl.models import posteriordb as pdb
 from ppl_bdl.models import timeseries
+from ppl_bdl.trace.layout import ModelDensity, trace_model
 
 Y = np.array([0.3, -0.2, 0.5, 0.9, 0.4, -0.1])
 

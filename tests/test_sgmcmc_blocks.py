@@ -1,7 +1,7 @@
 """SG-MCMC kernels on a position in per-site blocks (how ``fit``'s loop holds it) draw what they
 draw on the same position as one flat vector: the same seed gives the same chain, to float
 tolerance, on both backends (the noise is one flat draw split into the blocks:
-:func:`ppl_bdl.blocks.normal_like`)."""
+:func:`ppl_bdl.inference.mcmc.blocks.normal_like`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl import blocks as bt
 from ppl_bdl import dist, nn
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.sgmcmc import SGMCMCConfig, sgmcmc_transition
-from ppl_bdl.layout import ModelDensity
+from ppl_bdl.inference.mcmc import blocks as bt
+from ppl_bdl.inference.mcmc.sgmcmc import SGMCMCConfig, sgmcmc_transition
+from ppl_bdl.trace.layout import ModelDensity
 
 STEPS = 6
 

@@ -11,8 +11,8 @@ import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl import math as bm
 from ppl_bdl import random as br
-from ppl_bdl.inference.sgmcmc import _cyclical_plan
-from ppl_bdl.kernels import Kernel
+from ppl_bdl.inference.mcmc.kernels import Kernel
+from ppl_bdl.inference.mcmc.sgmcmc import _cyclical_plan
 
 
 @bdl.model
@@ -275,7 +275,7 @@ def test_diverging_chain_partial_posterior(backend):
 def test_the_cyclical_schedule_restarts_every_cycle_when_compiled(backend, length):
     """α_t = α_0/2 [cos(π mod(t, L)/L) + 1]: α_0 at the first step of every cycle. (XLA divides by
     multiplying with 1/L: a floor of t / L made the first step of a later cycle a step of 0.)"""
-    from ppl_bdl.schedules import cyclical_step_size
+    from ppl_bdl.inference.mcmc.schedules import cyclical_step_size
 
     be = bdl.backends.get(backend)
     schedule = cyclical_step_size(1.0, 3 * length, 3)

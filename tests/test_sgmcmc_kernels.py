@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ppl_bdl as bdl
-from ppl_bdl.schedules import (
+from ppl_bdl.inference.mcmc.schedules import (
     cyclical_step_size,
     make_schedule,
     polynomial_step_size,

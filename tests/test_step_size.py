@@ -13,7 +13,7 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl import math as bm
-from ppl_bdl.inference.step_size import GRID, SAFETY_FACTOR, climbs
+from ppl_bdl.inference.mcmc.step_size import GRID, SAFETY_FACTOR, climbs
 from ppl_bdl.models import bnn, regression
 
 

@@ -15,13 +15,11 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.diagnostics import ConvergenceWarning
-from ppl_bdl.inference import vi, vi_monitor
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.psis import importance_log_weights
-from ppl_bdl.inference.vi import VIRun
-from ppl_bdl.inference.vi_guides import DEFAULT_LR
-from ppl_bdl.inference.vi_monitor import (
+from ppl_bdl.inference.vi import monitor as vi_monitor
+from ppl_bdl.inference.vi import runner as vi
+from ppl_bdl.inference.vi.guide_setup import DEFAULT_LR
+from ppl_bdl.inference.vi.monitor import (
     AUTO_MAX_STEPS,
     AUTO_MIN_STEPS,
     PLATEAU_CUTS,
@@ -31,7 +29,10 @@ from ppl_bdl.inference.vi_monitor import (
     Plateau,
     segment_se,
 )
+from ppl_bdl.inference.vi.psis import importance_log_weights
+from ppl_bdl.inference.vi.runner import VIRun
 from ppl_bdl.models import bnn, posteriordb, regression
+from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 
 
 def _quiet_fit(*args, **kwargs):

@@ -34,7 +34,7 @@ def test_registry_lists_builtin_guides():
 
     @bdl.guides.register("my_meanfield_test")
     def factory(layout, backend, init, seed=0):
-        from ppl_bdl.guides.meanfield import MeanFieldGuide
+        from ppl_bdl.inference.vi.guides.meanfield import MeanFieldGuide
 
         return MeanFieldGuide(layout, backend, init, seed, init_scale=0.1)
 

@@ -10,7 +10,7 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.vi.runner import VIRun
 
 NOISE = 0.5
 #: The convergence criterion: KL(q_t || q*) to the exact mean-field optimum q*, read every
@@ -314,7 +314,7 @@ def test_whole_runs_agree_across_backends_in_float32(optimizer, monkeypatch):
     data and three others): the final ELBOs (the mean of the last tenth of the losses) agree
     to 0.06 nats, the fitted predictive's test log-likelihood to 4e-4 nats per point (vogn to
     0.003 / 6e-5, Adam to 0.06 / 4e-4); the Pyro yacht gap this rules out was 0.02-0.04."""
-    from ppl_bdl.guides.base import inverse_softplus
+    from ppl_bdl.inference.vi.guides.base import inverse_softplus
     from ppl_bdl.models.uci import uci_model
 
     backends = [b for b in ("numpyro", "pyro") if b in bdl.backends.available()]

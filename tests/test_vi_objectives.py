@@ -10,8 +10,8 @@ import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl import math as bm
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.driver import Batch
-from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.loop.driver import Batch
+from ppl_bdl.inference.vi.runner import VIRun
 
 SIGMA = np.array([[2.0, 1.5], [1.5, 1.6]])
 

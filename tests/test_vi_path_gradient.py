@@ -28,9 +28,9 @@ import ppl_bdl as bdl
 from ppl_bdl import dist, guides, nn
 from ppl_bdl.backend_protocol import Batch
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.guides.base import inverse_softplus
 from ppl_bdl.inference.setup import prepare
-from ppl_bdl.inference.vi import VIRun
+from ppl_bdl.inference.vi.guides.base import inverse_softplus
+from ppl_bdl.inference.vi.runner import VIRun
 from ppl_bdl.models.regression import conjugate_posterior, linear_regression_known_noise
 
 NOISE = 0.5

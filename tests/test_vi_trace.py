@@ -42,7 +42,7 @@ def test_traced_loss_is_used_and_fits(recwarn):
 def test_untraceable_model_falls_back_with_a_warning(monkeypatch):
     # (Python control flow on a value no longer gets here: the validating run refuses it,
     # tests/test_model_values.py; a trace that fails for another reason falls back.)
-    from ppl_bdl.backends import _torch_trace
+    from ppl_bdl.backends.pyro import torchscript as _torch_trace
 
     def refuse(fn, args):
         raise RuntimeError("this step cannot be traced")
@@ -61,7 +61,7 @@ def test_untraceable_model_falls_back_with_a_warning(monkeypatch):
 @pytest.mark.parametrize("guide", ["lowrank", "flow"])
 def test_traced_guides_match_eager_steps(guide):
     """The same seed gives the same losses with the trace and with the eager loss."""
-    from ppl_bdl.backends.pyro import PyroBackend
+    from ppl_bdl.backends.pyro.backend import PyroBackend
 
     y = np.random.default_rng(1).normal(size=100)
     kw = dict(backend="pyro", method="vi", guide=guide, num_steps=30, lr=0.01, batch_size=20,

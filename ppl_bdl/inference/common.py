@@ -1,15 +1,15 @@
 """What every inference method shares, in one import: the setup of a bound model
 (:mod:`.setup`), where its chains start (:mod:`.starts`), and turning flat unconstrained draws
-into a :class:`~ppl_bdl.posterior.Posterior` (:mod:`.posterior_from_draws`).
+into a :class:`~ppl_bdl.posterior.posterior.Posterior` (:mod:`.posterior_from_draws`).
 
-A fit runs its model once with every check on (:func:`ppl_bdl.trace.record_model`); the
+A fit runs its model once with every check on (:func:`ppl_bdl.trace.model_trace.record_model`); the
 :class:`Setup` holds that record, and the checks, the layout, the starting points and the guides
 read it.
 """
 
 from __future__ import annotations
 
-from .posterior_from_draws import (
+from ppl_bdl.inference.posterior_from_draws import (
     REPLAY_POINTS,
     LazyLogLikelihood,
     build_posterior,
@@ -17,8 +17,14 @@ from .posterior_from_draws import (
     replay_chunk_size,
     site_dims,
 )
-from .setup import Setup, prepare
-from .starts import MEDIAN_DRAWS, MEDIAN_JITTER, PRIOR_DRAWS, initial_positions, prior_draws
+from ppl_bdl.inference.setup import Setup, prepare
+from ppl_bdl.inference.starts import (
+    MEDIAN_DRAWS,
+    MEDIAN_JITTER,
+    PRIOR_DRAWS,
+    initial_positions,
+    prior_draws,
+)
 
 __all__ = [
     "MEDIAN_DRAWS", "MEDIAN_JITTER", "PRIOR_DRAWS", "REPLAY_POINTS", "LazyLogLikelihood", "Setup",

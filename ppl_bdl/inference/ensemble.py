@@ -7,9 +7,9 @@ the uniform mixture of the members' predictive distributions. Here a member mini
 model's potential U(θ) = −log p(θ, D) − log|J| in the unconstrained space (the prior is the
 regulariser, the likelihood minibatched and scaled by N/B as in VI: the chapter's Eq. 2.19) with
 the backend's optimizer (:meth:`Backend.optimizer`, Adam by default, the schedules of
-:mod:`ppl_bdl.optim`).
+:mod:`ppl_bdl.inference.optim`).
 
-The members are the chains of the one driver (:func:`~ppl_bdl.inference.driver.run_chains`): a
+The members are the chains of the one driver (:func:`~ppl_bdl.inference.loop.driver.run_chains`): a
 :class:`~ppl_bdl.backend_protocol.Transition` whose state is the member's flat position and its
 optimizer's state, whose step is the potential's ``value_and_grad`` on the step's minibatch and
 an optimizer update, and which keeps the position after the last step. Members run side by side
@@ -57,15 +57,15 @@ from typing import Any
 
 import numpy as np
 
-from ..backend_protocol import Batch, Transition
-from ..errors import ConfigError, InferenceError
-from ..layout import ModelDensity
-from ..optim import OptimizerConfig, unit_schedule
-from .driver import Rates, RunResult, plan_run, run_chains
-from .minibatch import EpochBatches
-from .posterior_from_draws import build_posterior
-from .setup import Setup, minibatch_plate
-from .starts import initial_positions
+from ppl_bdl.backend_protocol import Batch, Transition
+from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
+from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
+from ppl_bdl.inference.posterior_from_draws import build_posterior
+from ppl_bdl.inference.setup import Setup, minibatch_plate
+from ppl_bdl.inference.starts import initial_positions
+from ppl_bdl.trace.layout import ModelDensity
 
 #: The options of ``method="ensemble"``.
 OPTIONS = (
@@ -89,9 +89,9 @@ class EnsembleConfig:
 
     ``num_members`` M (5), ``num_steps`` optimizer steps per member (2000), ``batch_size`` (None:
     full-batch steps), ``anchored`` (False; True: every latent site; or a tuple of site names),
-    ``optimizer`` (an :class:`~ppl_bdl.optim.OptimizerConfig`: ``optimizer``, ``lr`` (0.01),
+    ``optimizer`` (an :class:`~ppl_bdl.inference.optim.OptimizerConfig`: ``optimizer``, ``lr`` (0.01),
     ``momentum``, ``schedule`` ("constant", "exponential" or "cosine": the steps' rates, a
-    :class:`~ppl_bdl.inference.driver.Rates`), ``decay``, ``clip_norm``) and ``chunk_size``.
+    :class:`~ppl_bdl.inference.loop.driver.Rates`), ``decay``, ``clip_norm``) and ``chunk_size``.
 
     Example
     -------
@@ -310,7 +310,7 @@ def run_ensemble(
     log_likelihood: bool = True, chain_ids: list[int] | None = None,
 ):  # fmt: skip
     """Fit the members ``chain_ids`` (all by default) of ``config``'s ensemble; a
-    :class:`~ppl_bdl.posterior.Posterior` with one draw per member (chain), ``post.losses``
+    :class:`~ppl_bdl.posterior.posterior.Posterior` with one draw per member (chain), ``post.losses``
     (member, step) and the last step's ``loss`` and ``grad_norm`` as sample stats."""
     be = setup.backend
     plate = minibatch_plate(setup, config.batch_size)

@@ -1,4 +1,4 @@
-"""From flat unconstrained draws to a :class:`~ppl_bdl.posterior.Posterior`: the model replayed
+"""From flat unconstrained draws to a :class:`~ppl_bdl.posterior.posterior.Posterior`: the model replayed
 at the draws in compiled chunks (constrained latents, deterministic sites), the discrete sites
 drawn per draw, and the pointwise log-likelihood computed the first time it is read."""
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ..enumeration import posterior_draws
-from ..interpreter import SiteRecord
-from ..layout import ModelDensity
-from ..posterior import Posterior
-from .setup import Setup
+from ppl_bdl.inference.setup import Setup
+from ppl_bdl.posterior.posterior import Posterior
+from ppl_bdl.trace.enumeration import posterior_draws
+from ppl_bdl.trace.interpreter import SiteRecord
+from ppl_bdl.trace.layout import ModelDensity
 
 #: Observed values times draws replayed per compiled call when building the posterior: bounds
 #: the memory of a replay (its activations) on big data.

@@ -1,5 +1,5 @@
 """A bound model prepared for inference on one backend: the record of its one validating run
-(:func:`ppl_bdl.trace.record_model`) and the flat layout of its continuous latents, which every
+(:func:`ppl_bdl.trace.model_trace.record_model`) and the flat layout of its continuous latents, which every
 method, check, start and guide of a fit reads.
 
 Example
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import get as get_backend
-from ..errors import ConfigError, ModelError
-from ..interpreter import SiteRecord
-from ..layout import LatentLayout
-from ..model import BoundModel, unbound_message
-from ..trace import ModelTrace, record_model, trace_model
+from ppl_bdl.backends import get as get_backend
+from ppl_bdl.dsl.model import BoundModel, unbound_message
+from ppl_bdl.errors import ConfigError, ModelError
+from ppl_bdl.trace.interpreter import SiteRecord
+from ppl_bdl.trace.layout import LatentLayout
+from ppl_bdl.trace.model_trace import ModelTrace, record_model, trace_model
 
 
 @dataclass
@@ -62,7 +62,7 @@ def prepare(
 ) -> Setup:  # fmt: skip
     """Validate and trace ``bound`` on ``backend`` (on ``device``: one, or several with
     ``shard`` saying what is split over them); lay out its latents (its discrete latents are
-    summed out of the potential: :mod:`ppl_bdl.enumeration`)."""
+    summed out of the potential: :mod:`ppl_bdl.trace.enumeration`)."""
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
     be = get_backend(backend, precision=precision, device=device, shard=shard)

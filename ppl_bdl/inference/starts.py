@@ -2,7 +2,7 @@
 
 Prior draws are one vectorised, compiled run of the model (the backend's ``vmap`` over seeds,
 ``jit``), made once per setup and seed and shared by the MCMC start (``init="median"``) and the
-guide's initial point (:func:`ppl_bdl.inference.vi_guides.guide_init`).
+guide's initial point (:func:`ppl_bdl.inference.vi.guide_setup.guide_init`).
 
 Example
 -------
@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from ..bound_data import fill_data
-from ..errors import ConfigError, ModelError
-from ..interpreter import Evaluator
-from ..layout import LatentLayout
-from ..model import BoundModel
-from ..posterior import Posterior
-from ..trace import trace_model
-from .setup import Setup
+from ppl_bdl.dsl.bound_data import fill_data
+from ppl_bdl.dsl.model import BoundModel
+from ppl_bdl.errors import ConfigError, ModelError
+from ppl_bdl.inference.setup import Setup
+from ppl_bdl.posterior.posterior import Posterior
+from ppl_bdl.trace.interpreter import Evaluator
+from ppl_bdl.trace.layout import LatentLayout
+from ppl_bdl.trace.model_trace import trace_model
 
 #: Jitter of the prior median, in prior standard deviations, for ``init="median"``.
 MEDIAN_JITTER = 0.1
@@ -132,7 +132,7 @@ def _prior_program(setup: Setup):
     seeds took twice as long to compile (1.6 against 0.8 s for eight schools, 3.5 against 1.3 s
     for a small BNN), and 20 calls cost microseconds. Draw i is the one a run of the model
     from the key of seed i makes (as a start from that seed always was). It is kept on the
-    model (:attr:`~ppl_bdl.model.Model.compiled`) per backend, data structure, data plate and
+    model (:attr:`~ppl_bdl.dsl.model.Model.compiled`) per backend, data structure, data plate and
     latent layout, so another fit of the model reuses it; the data is an argument, not baked in.
 
     The model runs on one point of its data plate when every latent site is global: the draws

@@ -13,12 +13,12 @@ import contextlib
 import jax
 import numpy as np
 
-from ppl_bdl.backends import _numpyro_dists as dists
-from ppl_bdl.backends import numpyro as reference
-from ppl_bdl.backends._jax_loop import compile_loop
-from ppl_bdl.backends._jax_math import make_math
-from ppl_bdl.backends._optax_optimizer import build_optimizer
 from ppl_bdl.backends.base import BackendBase
+from ppl_bdl.backends.numpyro import backend as reference
+from ppl_bdl.backends.numpyro import dists
+from ppl_bdl.backends.numpyro.loop import compile_loop
+from ppl_bdl.backends.numpyro.math import make_math
+from ppl_bdl.backends.numpyro.optimizer import build_optimizer
 
 
 class DelegateBackend(BackendBase):
@@ -108,23 +108,23 @@ class DelegateBackend(BackendBase):
 
     # native samplers
     def native_transition(self, potential, settings):
-        from ppl_bdl.backends._numpyro_mcmc import native_transition
+        from ppl_bdl.backends.numpyro.mcmc import native_transition
 
         return native_transition(self, potential, settings)
 
     def native_sgmcmc_kernel(self, spec):
-        from ppl_bdl.backends._numpyro_mcmc import NumPyroSGMCMC
+        from ppl_bdl.backends.numpyro.mcmc import NumPyroSGMCMC
 
         return NumPyroSGMCMC(spec)
 
     # enumeration (NumPyro's funsor machinery on the same JAX arrays)
     def enumerated_log_density(self, model, inputs, max_plate_nesting):
-        from ppl_bdl.backends._numpyro_enum import enumerated_log_density
+        from ppl_bdl.backends.numpyro.enum import enumerated_log_density
 
         return enumerated_log_density(model, inputs, max_plate_nesting)
 
     def infer_discrete(self, model, inputs, max_plate_nesting, key):
-        from ppl_bdl.backends._numpyro_enum import infer_discrete
+        from ppl_bdl.backends.numpyro.enum import infer_discrete
 
         return infer_discrete(model, inputs, max_plate_nesting, key)
 

@@ -1,0 +1,1 @@
+"""The ``ppl-bdl`` command line and its demo."""

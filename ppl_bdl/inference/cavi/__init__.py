@@ -1,0 +1,1 @@
+"""Coordinate-ascent variational inference for conditionally conjugate models."""

@@ -1,0 +1,127 @@
+"""NUTS and HMC: the backend's own samplers, stepped by the core's driver with the core's potential.
+
+The backend wraps its native kernel (NumPyro's or Pyro's NUTS/HMC, their warmup adaptation
+included) as a transition (:meth:`Backend.native_transition`); the driver runs it like every
+other method: chunks, chains, progress with an ETA, draws kept after warmup every ``thinning``
+draws, and Ctrl-C keeping the draws finished so far (``error.partial``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ppl_bdl.backend_protocol import NativeSettings
+from ppl_bdl.errors import ConfigError
+from ppl_bdl.inference.loop.driver import plan_run, run_chains
+from ppl_bdl.inference.loop.failures import raise_failure
+from ppl_bdl.inference.posterior_from_draws import build_posterior
+from ppl_bdl.inference.setup import Setup
+from ppl_bdl.inference.starts import initial_positions
+from ppl_bdl.trace.layout import ModelDensity
+
+CHAIN_METHODS = ("sequential", "vectorized")
+
+
+@dataclass(frozen=True)
+class NativeConfig:
+    """A fit's NUTS/HMC settings, checked once (:meth:`build`).
+
+    Example
+    -------
+    >>> from ppl_bdl.inference.mcmc.native import NativeConfig
+    >>> NativeConfig.build("nuts", max_tree_depth=6).max_tree_depth
+    6
+    """
+
+    method: str
+    target_accept: float = 0.8
+    max_tree_depth: int = 10
+    num_steps: int | None = None
+    step_size: float | None = None
+    dense_mass: bool = False
+    #: None: "sequential" on one device, "vectorized" when chains are split over several.
+    chain_method: str | None = None
+    chunk_size: int | None = None
+
+    @classmethod
+    def build(
+        cls, method: str, *, target_accept: float = 0.8, max_tree_depth: int = 10,
+        num_steps: int | None = None, step_size: float | None = None, dense_mass: bool = False,
+        chain_method: str | None = None, chunk_size: int | None = None,
+    ) -> NativeConfig:  # fmt: skip
+        if not (_number(target_accept) and 0.0 < target_accept < 1.0):
+            raise ConfigError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        if chain_method is not None and chain_method not in CHAIN_METHODS:
+            raise ConfigError(
+                f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r} ('vectorized' "
+                "runs the chains side by side where the backend can, 'sequential' one after "
+                "another)."
+            )
+        for name, value in (("max_tree_depth", max_tree_depth), ("num_steps", num_steps),
+                            ("chunk_size", chunk_size)):  # fmt: skip
+            if value is None and name != "max_tree_depth":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive int, got {value!r}.")
+        if step_size is not None and not (_number(step_size) and step_size > 0):
+            raise ConfigError(f"step_size must be a number > 0, got {step_size!r}.")
+        if not isinstance(dense_mass, bool):
+            raise ConfigError(f"dense_mass must be True or False, got {dense_mass!r}.")
+        return cls(method, float(target_accept), max_tree_depth, num_steps,
+                   None if step_size is None else float(step_size), dense_mass, chain_method,
+                   chunk_size)  # fmt: skip
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def run_native_mcmc(
+    setup: Setup, config: NativeConfig, *, num_warmup: int, num_samples: int, num_chains: int,
+    thinning: int, seed: int, init, progress: bool = False, log_likelihood: bool = True,
+    chain_ids: list[int] | None = None,
+):  # fmt: skip
+    """Run the backend's NUTS (``config.method == "nuts"``) or HMC on a prepared model; return a
+    Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default)."""
+    be, method = setup.backend, config.method
+    chain_method = config.chain_method
+    if chain_method is None:  # side by side where they are split over devices
+        split = be.device_count > 1 and be.shard_mode == "chains"
+        chain_method = "vectorized" if split else "sequential"
+    density = ModelDensity(setup.bound, be, setup.layout, setup.params)
+    settings = NativeSettings(
+        method=method, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+        thinning=thinning, target_accept=config.target_accept,
+        max_tree_depth=config.max_tree_depth, num_steps=config.num_steps,
+        step_size=config.step_size, dense_mass=config.dense_mass, progress=progress,
+        chain_method=chain_method,
+    )  # fmt: skip
+    transition = be.native_transition(lambda flat, data: density.potential(flat, data), settings)
+    keep = np.zeros(num_warmup + num_samples * thinning, bool)
+    keep[num_warmup + thinning - 1 :: thinning] = True
+    positions = initial_positions(setup, init, num_chains, seed)
+    chains = list(range(num_chains)) if chain_ids is None else chain_ids
+    plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
+    run = run_chains(
+        be, transition, positions[chains], seed, plan, density.data, lambda c: None, method,
+        progress=progress, chain_ids=chains, vectorize=chain_method == "vectorized",
+    )  # fmt: skip
+    if run.failure is not None:
+        raise_failure(setup, run, kind=method.upper(), requested=num_samples, method=method,
+                      log_likelihood=log_likelihood)  # fmt: skip
+    stats = _arviz_stats(run.infos, method)
+    return build_posterior(setup, run.draws, stats, method, log_likelihood=log_likelihood)
+
+
+def _arviz_stats(infos: dict, method: str) -> dict:
+    """The per-draw stats under ArviZ's names (``tree_depth`` from the number of steps)."""
+    stats = dict(infos)
+    stats["diverging"] = stats["diverging"].astype(bool)
+    stats["n_steps"] = stats["n_steps"].astype(np.int64)
+    if method == "nuts":
+        stats["tree_depth"] = (
+            np.floor(np.log2(np.maximum(stats["n_steps"], 1))).astype(np.int64) + 1
+        )
+    return stats
