@@ -7,7 +7,7 @@ restarted from uniform noise with probability 0.05), K = 20 SGLD steps on the in
 mean E(x⁺) − mean E(x⁻) and one Adam step (lr 1e-3, constant) on the energy network, a
 2-64-64-1 SiLU MLP; the data: 2000 points of a 2-D Gaussian mixture.
 
-- ours: :class:`ppl_bdl.ebm.trainer.EBMTrainer` (what ``bdl.ebm.fit`` drives: the project's
+- ours: :class:`ppl_bdl.inference.ebm.trainer.EBMTrainer` (what ``bdl.ebm.fit`` drives: the project's
   loop, with minibatch indices and every step's infos read back), timed in ``run(S)`` calls
   after a warm-up (compiled once);
 - hand-written JAX: ``jax.jit`` of ``lax.scan`` over the S steps, the K chain steps a
@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from ppl_bdl import nn
-from ppl_bdl.ebm.trainer import EBMTrainer
+from ppl_bdl.inference.ebm.trainer import EBMTrainer
 from ppl_bdl.models.ebm import gaussian_mixture_2d
 
 N, B, M, K, ALPHA, LR, REINIT, HIDDEN = 2000, 100, 1000, 20, 0.01, 1e-3, 0.05, 64

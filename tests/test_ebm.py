@@ -13,7 +13,7 @@ import scipy.linalg
 import ppl_bdl as bdl
 from ppl_bdl import math as bm
 from ppl_bdl import nn
-from ppl_bdl.ebm.trainer import EBMTrainer
+from ppl_bdl.inference.ebm.trainer import EBMTrainer
 from ppl_bdl.models import ebm as ebm_models
 
 # -- a fixed quadratic energy: E(x) = ½ |A x + b|², so p(x) = N(μ, Λ⁻¹), Λ = AᵀA, μ = −A⁻¹b ------

@@ -17,8 +17,8 @@ Example
 (10, 2)
 """
 
-from ppl_bdl.ebm.chains import ChainSpec, ReplayBuffer
-from ppl_bdl.ebm.model import EnergyModel
-from ppl_bdl.ebm.trainer import fit
+from ppl_bdl.inference.ebm.chains import ChainSpec, ReplayBuffer
+from ppl_bdl.inference.ebm.model import EnergyModel
+from ppl_bdl.inference.ebm.trainer import fit
 
 __all__ = ["ChainSpec", "EnergyModel", "ReplayBuffer", "fit"]

@@ -14,7 +14,7 @@ Mordatch 2019): first in, first out, so it needs no scatter and every shape is s
 Example
 -------
 >>> import numpy as np, ppl_bdl as bdl
->>> from ppl_bdl.ebm.chains import ChainSpec
+>>> from ppl_bdl.inference.ebm.chains import ChainSpec
 >>> spec = ChainSpec.build("sgld", step_size=0.1, chain_steps=4)
 >>> be = bdl.backends.get("numpyro")
 >>> with be.activate():
@@ -186,7 +186,7 @@ class ReplayBuffer:
     Example
     -------
     >>> import numpy as np, ppl_bdl as bdl
-    >>> from ppl_bdl.ebm.chains import ReplayBuffer
+    >>> from ppl_bdl.inference.ebm.chains import ReplayBuffer
     >>> buffer = ReplayBuffer(size=6, batch_size=2, reinit=0.0)
     >>> be = bdl.backends.get("numpyro")
     >>> with be.activate():

@@ -10,7 +10,7 @@ Example
 -------
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl import nn
->>> from ppl_bdl.ebm.energy import Energy
+>>> from ppl_bdl.inference.ebm.energy import Energy
 >>> be = bdl.backends.get("numpyro")
 >>> energy = Energy(nn.MLP("e", [2, 8, 1]), be)
 >>> params = energy.initial_params(seed=0)

@@ -10,7 +10,7 @@ Example
 -------
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.inference.loop.driver import Transition
->>> from ppl_bdl.ebm.loop import run_transition
+>>> from ppl_bdl.inference.ebm.loop import run_transition
 >>> count = Transition(lambda key, position, data: position,
 ...                    lambda key, state, batch, rate: (state + 1.0, {"value": state}),
 ...                    lambda state: state)

@@ -1,6 +1,6 @@
 """A trained energy-based model: its energy E_θ(x), and draws from p_θ(x) ∝ exp(−E_θ(x)).
 
-:func:`ppl_bdl.ebm.fit` returns an :class:`EnergyModel`; one can also be built from given
+:func:`ppl_bdl.inference.ebm.fit` returns an :class:`EnergyModel`; one can also be built from given
 parameters (a fixed energy, e.g. to check a sampler). ``model.sample(n)`` runs the EBM's kernel on
 n chains of the inputs (the chapter's Eq. 3.7 with ``sgld``) through the project's loop.
 
@@ -26,16 +26,16 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl import backends
-from ppl_bdl.ebm.chains import (
+from ppl_bdl.errors import ConfigError, InferenceError, ModelError
+from ppl_bdl.inference.ebm.chains import (
     ChainSpec,
     clipped,
     flat_size,
     input_value_and_grad,
     tiled_bounds,
 )
-from ppl_bdl.ebm.energy import Energy
-from ppl_bdl.ebm.loop import run_transition
-from ppl_bdl.errors import ConfigError, InferenceError, ModelError
+from ppl_bdl.inference.ebm.energy import Energy
+from ppl_bdl.inference.ebm.loop import run_transition
 from ppl_bdl.inference.loop.driver import Transition
 
 #: Rows per call when :meth:`EnergyModel.energy` evaluates many points.
@@ -55,13 +55,13 @@ class EnergyModel:
         The shape of one point x.
     box : (low, high)
         Where chains started from noise begin: uniform in [low, high) per coordinate (numbers,
-        or arrays of one value per coordinate of x, flat); :func:`~ppl_bdl.ebm.fit` uses the
+        or arrays of one value per coordinate of x, flat); :func:`~ppl_bdl.inference.ebm.fit` uses the
         data's range.
     backend : str or Backend
         "numpyro" or "pyro" (default: the default backend); ``precision`` and ``device`` as
         for :func:`ppl_bdl.run.fit`.
     sampler, step_size, chain_steps, schedule, **chain_options
-        The kernel of the inputs and its settings (see :func:`ppl_bdl.ebm.fit`).
+        The kernel of the inputs and its settings (see :func:`ppl_bdl.inference.ebm.fit`).
 
     Attributes
     ----------

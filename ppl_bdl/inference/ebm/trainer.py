@@ -18,7 +18,7 @@ x̃ of the current model, so each step t of Algorithm 3
 4. puts x⁻ back into the buffer.
 
 The outer loop is a :class:`~ppl_bdl.inference.loop.driver.Transition` run by the project's driver
-(:mod:`ppl_bdl.ebm.loop`); the K chain steps are unrolled inside one loop step.
+(:mod:`ppl_bdl.inference.ebm.loop`); the K chain steps are unrolled inside one loop step.
 
 Example
 -------
@@ -43,7 +43,8 @@ import numpy as np
 
 from ppl_bdl import backends
 from ppl_bdl import math as bm
-from ppl_bdl.ebm.chains import (
+from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.inference.ebm.chains import (
     ReplayBuffer,
     box_of,
     flat_size,
@@ -52,10 +53,9 @@ from ppl_bdl.ebm.chains import (
     tiled_bounds,
     uniform_box,
 )  # fmt: skip
-from ppl_bdl.ebm.energy import Energy, check_data
-from ppl_bdl.ebm.loop import run_transition
-from ppl_bdl.ebm.model import EnergyModel
-from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.inference.ebm.energy import Energy, check_data
+from ppl_bdl.inference.ebm.loop import run_transition
+from ppl_bdl.inference.ebm.model import EnergyModel
 from ppl_bdl.inference.loop.driver import Rates, Transition
 from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
@@ -152,7 +152,7 @@ class EBMTrainer:
     -------
     >>> import numpy as np
     >>> from ppl_bdl import nn
-    >>> from ppl_bdl.ebm.trainer import EBMTrainer
+    >>> from ppl_bdl.inference.ebm.trainer import EBMTrainer
     >>> X = np.random.default_rng(0).normal(size=(300, 2))
     >>> trainer = EBMTrainer(nn.MLP("e", [2, 16, 1], prior=nn.he_normal()), X,
     ...                      backend="numpyro", num_steps=40, chain_steps=5)
