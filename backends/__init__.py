@@ -22,8 +22,15 @@ from ppl_bdl.backend_protocol import Backend
 from ppl_bdl.errors import BackendError
 
 __all__ = [
-    "Backend", "available", "default", "default_name", "get", "libraries", "owner_of", "registered"
-]  # fmt: skip
+    "Backend",
+    "available",
+    "default",
+    "default_name",
+    "get",
+    "libraries",
+    "owner_of",
+    "registered",
+]
 
 #: Built-in backends and the third-party packages each needs (checked without importing them).
 _BUILTIN = {
@@ -98,9 +105,11 @@ _SHARD_MODES = ("chains", "data")
 
 
 def get(
-    name: str | Backend | None = None, precision: str = "float32", device=None,
+    name: str | Backend | None = None,
+    precision: str = "float32",
+    device=None,
     shard: str | None = None,
-) -> Backend:  # fmt: skip
+) -> Backend:
     """The backend called ``name`` (None: :func:`default`) at the given precision ("float32" or
     "float64"), with its arrays on ``device`` (None: the backend's default device; a list of
     devices, or a kind with a star such as ``"cuda:*"``, spreads a fit's work over them, split as

@@ -16,9 +16,14 @@ from ppl_bdl.dsl.effects import use_backend
 from ppl_bdl.errors import BackendError
 
 __all__ = [
-    "SHARD_MODES", "BackendBase", "LoopResult", "NativeSettings", "Optimizer", "device_names",
+    "SHARD_MODES",
+    "BackendBase",
+    "LoopResult",
+    "NativeSettings",
+    "Optimizer",
+    "device_names",
     "parse_device",
-]  # fmt: skip
+]
 
 #: What a fit over several devices splits: the chain axis, or each step's minibatch.
 SHARD_MODES = ("chains", "data")

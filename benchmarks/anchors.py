@@ -91,8 +91,9 @@ def model(size: Size):
 
     @bdl.model
     def mlp(X, y):
-        f = nn.MLP("net", list(size.layers), activation=size.activation,
-                   prior=dist.Normal(0.0, 1.0)).sample()  # fmt: skip
+        f = nn.MLP(
+            "net", list(size.layers), activation=size.activation, prior=dist.Normal(0.0, 1.0)
+        ).sample()
         with bdl.plate("data", X.shape[0]) as idx:
             out = f(X[idx])
             if size.classifier:
@@ -131,9 +132,17 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
             transition, data = sgmcmc_transition(setup, config, plate, steps)
             cache[steps] = transition, data, plan_run(keep, 1, setup.layout.dim)
         transition, data, plan = cache[steps]
-        result = run_chains(setup.backend, transition, start, 1, plan, data,
-                            lambda chain: EpochBatches(n, batch, [1, chain, 7]), method,
-                            Rates(step_size))  # fmt: skip
+        result = run_chains(
+            setup.backend,
+            transition,
+            start,
+            1,
+            plan,
+            data,
+            lambda chain: EpochBatches(n, batch, [1, chain, 7]),
+            method,
+            Rates(step_size),
+        )
         assert result.failure is None, result.failure
 
     def lower(steps: int):
@@ -148,8 +157,9 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
             keep = np.zeros(steps, bool)
             keep[-kept:] = True
             header = chunk_header(keep, steps, 0, kept)
-            return runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=kept,
-                                     trace=False)  # fmt: skip
+            return runner.fast.lower(
+                state, xs, inputs, header, length=steps, num_rows=kept, trace=False
+            )
 
     run.lower = lower
     return run
@@ -227,9 +237,12 @@ def make_jax(size: Size, method: str, data):
             w = tmap(lambda m, s, e: m + s * e, q["loc"], scale, eps)
             kl = sum(
                 jnp.sum(-jnp.log(s) + 0.5 * (s * s + m * m) - 0.5)
-                for m, s in zip(jax.tree_util.tree_leaves(q["loc"]),
-                                jax.tree_util.tree_leaves(scale), strict=True)
-            )  # fmt: skip
+                for m, s in zip(
+                    jax.tree_util.tree_leaves(q["loc"]),
+                    jax.tree_util.tree_leaves(scale),
+                    strict=True,
+                )
+            )
             return nll(w, idx) + kl
 
         def body(carry, idx):
@@ -350,8 +363,10 @@ def make_torch(size: Size, method: str, data):
         def one_step(idx):
             s = [torch.nn.functional.softplus(r) for r in rho]
             w = [m + sd * torch.randn(m.shape, generator=gen) for m, sd in zip(loc, s, strict=True)]
-            kl = sum((-torch.log(sd) + 0.5 * (sd * sd + m * m) - 0.5).sum()
-                     for m, sd in zip(loc, s, strict=True))  # fmt: skip
+            kl = sum(
+                (-torch.log(sd) + 0.5 * (sd * sd + m * m) - 0.5).sum()
+                for m, sd in zip(loc, s, strict=True)
+            )
             loss = nll(w, idx) + kl
             opt.zero_grad(set_to_none=True)
             loss.backward()

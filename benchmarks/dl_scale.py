@@ -51,8 +51,9 @@ KEPT = 10
 
 def ours(backend: str, method: str, size: anchors.Size, data):
     """``run(steps)``: our loop for ``steps`` steps (set up once; see the module docstring)."""
-    return anchors.ours_loop(backend, method, anchors.model(size)(*data), size.batch,
-                             size.sgld_step)  # fmt: skip
+    return anchors.ours_loop(
+        backend, method, anchors.model(size)(*data), size.batch, size.sgld_step
+    )
 
 
 def whole_fit(backend: str, method: str, size: anchors.Size, data):
@@ -100,8 +101,9 @@ def per_step(runs: dict, short: int, long: int, repeats: int, clock: str = "wall
     return {name: 1e3 * (best[name, long] - best[name, short]) / (long - short) for name in runs}
 
 
-def sweep(sizes, methods, backends, repeats: int, whole: bool, scale: float = 1.0,
-          clock: str = "wall") -> list:
+def sweep(
+    sizes, methods, backends, repeats: int, whole: bool, scale: float = 1.0, clock: str = "wall"
+) -> list:
     """Time every size x method; print as it goes; return the rows."""
     rows = []
     ours_of = whole_fit if whole else ours
@@ -147,18 +149,27 @@ def memory_probe() -> None:
     size = anchors.SIZES["784-400-400-10"]
     data = anchors.make_data(anchors.Size(size.layers, "relu", 60_000, 128))
     bound = anchors.model(size)(*data)
-    options = dict(backend="numpyro", method="sgld", step_size=1e-6, batch_size=128,
-                   num_chains=1, progress=False, log_likelihood=False)  # fmt: skip
+    options = dict(
+        backend="numpyro",
+        method="sgld",
+        step_size=1e-6,
+        batch_size=128,
+        num_chains=1,
+        progress=False,
+        log_likelihood=False,
+    )
     bdl.fit(bound, num_warmup=2, num_samples=2, **options)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     post = bdl.fit(bound, num_warmup=10, num_samples=100, **options)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     draws = sum(v.nbytes for v in post.samples.values()) / 2**20
     mb = sum(a.nbytes for a in data) / 2**20
-    print(f"kept draws {draws:.0f} MB, data {mb:.0f} MB; peak memory before the fit "
-          f"{before:.0f} MB, after {after:.0f} MB: the fit added {after - before:.0f} MB "
-          f"({(after - before) / draws:.2f}x the draws; target <= 2x the draws plus the data, "
-          f"{2 * draws + mb:.0f} MB)")  # fmt: skip
+    print(
+        f"kept draws {draws:.0f} MB, data {mb:.0f} MB; peak memory before the fit "
+        f"{before:.0f} MB, after {after:.0f} MB: the fit added {after - before:.0f} MB "
+        f"({(after - before) / draws:.2f}x the draws; target <= 2x the draws plus the data, "
+        f"{2 * draws + mb:.0f} MB)"
+    )
 
 
 def main() -> None:
@@ -169,8 +180,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="run lengths x this")
     parser.add_argument("--whole-fit", action="store_true", help="time whole bdl.fit calls")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall time, or process CPU time (steadier on a shared machine)")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall time, or process CPU time (steadier on a shared machine)",
+    )
     parser.add_argument("--memory", action="store_true", help="measure a fit's peak memory")
     parser.add_argument("--memory-probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -186,10 +201,19 @@ def main() -> None:
         # One intra-op thread for every contender alike: the CPU clock counts every thread's
         # time, spinning included, which a second thread on a pinned core would add.
         torch.set_num_threads(1)
-    print(f"ms per step ({args.clock} clock); ours: "
-          f"{'whole bdl.fit' if args.whole_fit else 'the fit loop'}")
-    sweep(args.sizes.split(","), args.methods.split(","), backends, args.repeats,
-          args.whole_fit, args.scale, args.clock)  # fmt: skip
+    print(
+        f"ms per step ({args.clock} clock); ours: "
+        f"{'whole bdl.fit' if args.whole_fit else 'the fit loop'}"
+    )
+    sweep(
+        args.sizes.split(","),
+        args.methods.split(","),
+        backends,
+        args.repeats,
+        args.whole_fit,
+        args.scale,
+        args.clock,
+    )
     return None
 
 

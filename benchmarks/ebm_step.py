@@ -62,10 +62,20 @@ def interleaved(runs: dict, steps: int, rounds: int, clock: str = "wall") -> dic
 def ours(backend: str, X: np.ndarray, total: int):
     net = nn.MLP("energy", [2, HIDDEN, HIDDEN, 1], activation="silu", prior=nn.he_normal())
     trainer = EBMTrainer(
-        net, X, backend=backend, sampler="sgld", chain_steps=K, step_size=ALPHA,
-        persistent=True, buffer_size=M, reinit=REINIT, batch_size=B, num_steps=total, lr=LR,
+        net,
+        X,
+        backend=backend,
+        sampler="sgld",
+        chain_steps=K,
+        step_size=ALPHA,
+        persistent=True,
+        buffer_size=M,
+        reinit=REINIT,
+        batch_size=B,
+        num_steps=total,
+        lr=LR,
         lr_schedule="constant",
-    )  # fmt: skip
+    )
 
     def run(steps):
         trainer.run(steps)
@@ -146,9 +156,12 @@ def hand_torch(X: np.ndarray):
     Xt = torch.as_tensor(X, dtype=torch.float32)
     low, high = Xt.min(0).values, Xt.max(0).values
     net = torch.nn.Sequential(
-        torch.nn.Linear(2, HIDDEN), torch.nn.SiLU(), torch.nn.Linear(HIDDEN, HIDDEN),
-        torch.nn.SiLU(), torch.nn.Linear(HIDDEN, 1),
-    )  # fmt: skip
+        torch.nn.Linear(2, HIDDEN),
+        torch.nn.SiLU(),
+        torch.nn.Linear(HIDDEN, HIDDEN),
+        torch.nn.SiLU(),
+        torch.nn.Linear(HIDDEN, 1),
+    )
     opt = torch.optim.Adam(net.parameters(), lr=LR)
     state = {"buffer": low + (high - low) * torch.rand(M, 2)}
     rng = np.random.default_rng(0)
@@ -180,14 +193,20 @@ def main() -> None:
     parser.add_argument("--backend", choices=["numpyro", "pyro", "both"], default="both")
     parser.add_argument("--steps", type=int, default=200, help="steps per timed call")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall time, or process CPU time (steadier on a shared machine)")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall time, or process CPU time (steadier on a shared machine)",
+    )
     args = parser.parse_args()
     X = gaussian_mixture_2d(N, seed=0).astype(np.float32)
     total = args.steps * (args.rounds + 2)
-    print(f"EBM step: B={B}, K={K} SGLD steps, buffer {M}, MLP 2-{HIDDEN}-{HIDDEN}-1; "
-          f"{args.steps} steps per call, best of {args.rounds} interleaved rounds, "
-          f"{args.clock} clock")  # fmt: skip
+    print(
+        f"EBM step: B={B}, K={K} SGLD steps, buffer {M}, MLP 2-{HIDDEN}-{HIDDEN}-1; "
+        f"{args.steps} steps per call, best of {args.rounds} interleaved rounds, "
+        f"{args.clock} clock"
+    )
     backends = ["numpyro", "pyro"] if args.backend == "both" else [args.backend]
     for backend in backends:
         if backend == "pyro":

@@ -72,8 +72,13 @@ EXPLORATION = 0.8  # cSGHMC's default: the first 80 % of each cycle explores (no
 def make_task(args):
     """Train and test sets of one draw of the stroke task (so they share its distribution)."""
     channels, size = (1, 28) if args.net == "lenet5" else (3, 32)
-    X, y = images.make_stroke_images(n=args.train + args.test, channels=channels, size=size,
-                                     label_noise=args.label_noise, seed=args.seed)  # fmt: skip
+    X, y = images.make_stroke_images(
+        n=args.train + args.test,
+        channels=channels,
+        size=size,
+        label_noise=args.label_noise,
+        seed=args.seed,
+    )
     return (X[: args.train], y[: args.train]), (X[args.train :], y[args.train :])
 
 
@@ -118,17 +123,39 @@ def fit_options(args, method: str, steps: int, init, cycles=None, per_cycle=None
     ``--cycles`` and ``--draws-per-cycle``."""
     cycles = args.cycles if cycles is None else cycles
     per_cycle = args.draws_per_cycle if per_cycle is None else per_cycle
-    common = dict(batch_size=args.batch, device=args.device, seed=args.seed, progress=False,
-                  log_likelihood=False)  # fmt: skip
+    common = dict(
+        batch_size=args.batch,
+        device=args.device,
+        seed=args.seed,
+        progress=False,
+        log_likelihood=False,
+    )
     if method == "vi":
-        return dict(common, method="vi", guide="meanfield", num_steps=steps, lr=args.vi_lr,
-                    schedule=args.vi_schedule, init_scale=args.vi_init_scale,
-                    num_samples=args.vi_draws, init_loc=init)  # fmt: skip
+        return dict(
+            common,
+            method="vi",
+            guide="meanfield",
+            num_steps=steps,
+            lr=args.vi_lr,
+            schedule=args.vi_schedule,
+            init_scale=args.vi_init_scale,
+            num_samples=args.vi_draws,
+            init_loc=init,
+        )
     num_samples, thinning = csghmc_plan(steps, cycles, per_cycle)
-    return dict(common, method="csghmc", step_size=args.step_size / args.train,
-                momentum_decay=args.momentum_decay, temperature=args.temperature,
-                num_cycles=cycles, num_warmup=0, num_samples=num_samples,
-                thinning=thinning, num_chains=1, init=init)  # fmt: skip
+    return dict(
+        common,
+        method="csghmc",
+        step_size=args.step_size / args.train,
+        momentum_decay=args.momentum_decay,
+        temperature=args.temperature,
+        num_cycles=cycles,
+        num_warmup=0,
+        num_samples=num_samples,
+        thinning=thinning,
+        num_chains=1,
+        init=init,
+    )
 
 
 # -- quality --------------------------------------------------------------------------------------
@@ -143,10 +170,24 @@ def quality(args, backend: str, train, test) -> dict:
     results = {}
 
     start = time.perf_counter()
-    sgd, predict = (hand.jax_sgd, hand.jax_predict) if backend == "numpyro" else (
-        hand.torch_sgd, hand.torch_predict)  # fmt: skip
-    fitted, _ = sgd(args.net, Xtr, ytr, scales, weights, steps, args.batch, args.sgd_lr, 0.9,
-                    args.device or "cpu", args.seed)  # fmt: skip
+    sgd, predict = (
+        (hand.jax_sgd, hand.jax_predict)
+        if backend == "numpyro"
+        else (hand.torch_sgd, hand.torch_predict)
+    )
+    fitted, _ = sgd(
+        args.net,
+        Xtr,
+        ytr,
+        scales,
+        weights,
+        steps,
+        args.batch,
+        args.sgd_lr,
+        0.9,
+        args.device or "cpu",
+        args.seed,
+    )
     probs = predict(args.net, fitted, Xte)[None]
     results["SGD (MAP)"] = (scores(probs, yte), time.perf_counter() - start)
 
@@ -171,14 +212,20 @@ def scores(probs, y) -> dict:
 
 
 def print_quality(backend: str, results: dict, steps: int, args) -> None:
-    print(f"\n== {args.net} on {backend}: {args.train} train / {args.test} test images, "
-          f"{steps} steps of B={args.batch} each, prior {args.prior_gain} x He, "
-          f"T={args.temperature} ==")  # fmt: skip
-    print(f"  {'method':<10} {'accuracy':>8} {'NLL':>7} {'ECE':>7} {'Brier':>7} {'conf':>7} "
-          f"{'time s':>7}")  # fmt: skip
+    print(
+        f"\n== {args.net} on {backend}: {args.train} train / {args.test} test images, "
+        f"{steps} steps of B={args.batch} each, prior {args.prior_gain} x He, "
+        f"T={args.temperature} =="
+    )
+    print(
+        f"  {'method':<10} {'accuracy':>8} {'NLL':>7} {'ECE':>7} {'Brier':>7} {'conf':>7} "
+        f"{'time s':>7}"
+    )
     for name, (m, seconds) in results.items():
-        print(f"  {name:<10} {m['accuracy']:8.4f} {m['nll']:7.4f} {m['ece']:7.4f} "
-              f"{m['brier']:7.4f} {m['confidence']:7.4f} {seconds:7.1f}")  # fmt: skip
+        print(
+            f"  {name:<10} {m['accuracy']:8.4f} {m['nll']:7.4f} {m['ece']:7.4f} "
+            f"{m['brier']:7.4f} {m['confidence']:7.4f} {seconds:7.1f}"
+        )
     base = results["SGD (MAP)"][0]
     for name in [n for n in ("cSGHMC", "MF-VI") if n in results]:
         m = results[name][0]
@@ -209,14 +256,27 @@ def loop(args, backend: str, method: str, X, y):
     scales = prior_scales(net)
     weights = he_start(args, net)
     make = hand.jax_loop if backend == "numpyro" else hand.torch_loop
-    settings = dict(lr=args.vi_lr, step_size=args.step_size / args.train, cycles=1,
-                    momentum_decay=args.momentum_decay)  # fmt: skip
+    settings = dict(
+        lr=args.vi_lr,
+        step_size=args.step_size / args.train,
+        cycles=1,
+        momentum_decay=args.momentum_decay,
+    )
     runs = {}
 
     def run(steps: int):
         if steps not in runs:  # the cyclical schedule spans the run, as in ours
-            runs[steps] = make(method, args.net, X, y, scales, weights, args.batch,
-                               dict(settings, total=steps), args.device or "cpu")  # fmt: skip
+            runs[steps] = make(
+                method,
+                args.net,
+                X,
+                y,
+                scales,
+                weights,
+                args.batch,
+                dict(settings, total=steps),
+                args.device or "cpu",
+            )
         runs[steps](steps)
 
     return run
@@ -241,12 +301,16 @@ def per_step(runs: dict, short: int, long: int, repeats: int) -> dict:
 def speed(args, backend: str, X, y) -> None:
     anchor = "jax loop" if backend == "numpyro" else "torch loop"
     short, long = (10 * math.ceil(n / 10) for n in (args.short, args.long))
-    print(f"\n== per step on {backend} ({args.net}, B={args.batch}, device "
-          f"{args.device or 'default'}; ms/step, {long} - {short} steps, best of "
-          f"{args.repeats}) ==")  # fmt: skip
+    print(
+        f"\n== per step on {backend} ({args.net}, B={args.batch}, device "
+        f"{args.device or 'default'}; ms/step, {long} - {short} steps, best of "
+        f"{args.repeats}) =="
+    )
     for method in args.methods:
-        runs = {anchor: loop(args, backend, method, X, y),
-                f"ours {backend}": ours(args, backend, method, X, y)}  # fmt: skip
+        runs = {
+            anchor: loop(args, backend, method, X, y),
+            f"ours {backend}": ours(args, backend, method, X, y),
+        }
         times = per_step(runs, short, long, args.repeats)
         ratio = times[f"ours {backend}"] / times[anchor]
         print(

@@ -21,8 +21,16 @@ import math
 import numpy as np
 
 #: LeNet-5's layers: (kind, site, stride, padding) in order.
-LENET = [("conv", "conv1", 1, 2), ("pool",), ("conv", "conv2", 1, 0), ("pool",), ("flatten",),
-         ("dense", "fc1"), ("dense", "fc2"), ("dense", "fc3")]  # fmt: skip
+LENET = [
+    ("conv", "conv1", 1, 2),
+    ("pool",),
+    ("conv", "conv2", 1, 0),
+    ("pool",),
+    ("flatten",),
+    ("dense", "fc1"),
+    ("dense", "fc2"),
+    ("dense", "fc3"),
+]
 
 
 def forward(ops, net: str, p: dict, x):
@@ -60,9 +68,14 @@ def forward(ops, net: str, p: dict, x):
 def init_weights(sites: dict, prior_scales: dict, seed: int = 0) -> dict:
     """He-normal weights (the prior's scale) and zero biases, as NumPy float32."""
     rng = np.random.default_rng(seed)
-    return {name: (rng.normal(size=shape) * prior_scales[name] if name.endswith("weight")
-                   else np.zeros(shape)).astype(np.float32)
-            for name, shape in sites.items()}  # fmt: skip
+    return {
+        name: (
+            rng.normal(size=shape) * prior_scales[name]
+            if name.endswith("weight")
+            else np.zeros(shape)
+        ).astype(np.float32)
+        for name, shape in sites.items()
+    }
 
 
 def cyclical(t, total: int, cycles: int, base: float, cos):
@@ -75,8 +88,9 @@ def epoch_indices(n: int, batch: int, steps: int, seed: int) -> np.ndarray:
     """(steps, batch) minibatch indices, one shuffle per epoch."""
     rng = np.random.default_rng(seed)
     per = n // batch
-    epochs = [rng.permutation(n)[: per * batch].reshape(per, batch)
-              for _ in range(steps // per + 1)]  # fmt: skip
+    epochs = [
+        rng.permutation(n)[: per * batch].reshape(per, batch) for _ in range(steps // per + 1)
+    ]
     return np.concatenate(epochs)[:steps]
 
 
@@ -89,8 +103,13 @@ class JaxOps:
         self.jax, self.lax = jax, lax
 
     def conv(self, x, w, b, stride, pad):
-        out = self.lax.conv_general_dilated(x, w, (stride, stride), ((pad, pad), (pad, pad)),
-                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))  # fmt: skip
+        out = self.lax.conv_general_dilated(
+            x,
+            w,
+            (stride, stride),
+            ((pad, pad), (pad, pad)),
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        )
         return out + b[None, :, None, None]
 
     def relu(self, x):
@@ -148,8 +167,9 @@ def jax_predict(net, weights, X, chunk=1000):
 
     ops = JaxOps()
     f = jax.jit(lambda p, x: jax.nn.softmax(forward(ops, net, p, x)))
-    return np.concatenate([np.asarray(f(weights, X[i : i + chunk]), np.float64)
-                           for i in range(0, X.shape[0], chunk)])  # fmt: skip
+    return np.concatenate(
+        [np.asarray(f(weights, X[i : i + chunk]), np.float64) for i in range(0, X.shape[0], chunk)]
+    )
 
 
 def jax_loop(method, net, X, y, prior_scales, weights, batch, settings, device):
@@ -170,17 +190,24 @@ def jax_loop(method, net, X, y, prior_scales, weights, batch, settings, device):
 
     if method == "vi":
         tx = optax.adam(settings["lr"])
-        rho = {k: jnp.full_like(a, math.log(math.expm1(0.01 * prior_scales[k])))
-               for k, a in p0.items()}  # fmt: skip
+        rho = {
+            k: jnp.full_like(a, math.log(math.expm1(0.01 * prior_scales[k]))) for k, a in p0.items()
+        }
         q0 = {"loc": p0, "rho": rho}
 
         def loss(q, key, idx):
             scale = jax.tree_util.tree_map(jax.nn.softplus, q["rho"])
             eps = noise_like(key, q["loc"])
             w = jax.tree_util.tree_map(lambda m, s, e: m + s * e, q["loc"], scale, eps)
-            kl = sum(jnp.sum(math.log(prior_scales[k]) - jnp.log(scale[k])
-                             + (scale[k] ** 2 + q["loc"][k] ** 2) / (2 * prior_scales[k] ** 2)
-                             - 0.5) for k in q["loc"])  # fmt: skip
+            kl = sum(
+                jnp.sum(
+                    math.log(prior_scales[k])
+                    - jnp.log(scale[k])
+                    + (scale[k] ** 2 + q["loc"][k] ** 2) / (2 * prior_scales[k] ** 2)
+                    - 0.5
+                )
+                for k in q["loc"]
+            )
             return scale_n * nll_sum(w, idx) + kl
 
         def body(carry, idx):
@@ -207,8 +234,9 @@ def jax_loop(method, net, X, y, prior_scales, weights, batch, settings, device):
             value, g = jax.value_and_grad(potential)(p, idx)
             eps = noise_like(sub, p)
             sd = noisy * jnp.sqrt(2 * decay * rate)
-            v = jax.tree_util.tree_map(lambda a, b, e: (1 - decay) * a - rate * b + sd * e,
-                                       v, g, eps)  # fmt: skip
+            v = jax.tree_util.tree_map(
+                lambda a, b, e: (1 - decay) * a - rate * b + sd * e, v, g, eps
+            )
             p = jax.tree_util.tree_map(lambda a, b: a + b, p, v)
             return (p, v, key, t + 1), value
 
@@ -260,8 +288,9 @@ def torch_sgd(net, X, y, prior_scales, weights, steps, batch, lr, momentum, devi
     torch, dev, nll_sum = torch_setup(net, X, y, device)
     n = X.shape[0]
     p = {k: torch.as_tensor(a, device=dev).clone().requires_grad_() for k, a in weights.items()}
-    groups = [{"params": [t], "weight_decay": 1.0 / (prior_scales[k] ** 2 * n)}
-              for k, t in p.items()]  # fmt: skip
+    groups = [
+        {"params": [t], "weight_decay": 1.0 / (prior_scales[k] ** 2 * n)} for k, t in p.items()
+    ]
     opt = torch.optim.SGD(groups, lr=lr, momentum=momentum)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda t: 0.5 * (1 + math.cos(math.pi * t / steps))
@@ -302,17 +331,27 @@ def torch_loop(method, net, X, y, prior_scales, weights, batch, settings, device
 
     if method == "vi":
         loc = {k: torch.as_tensor(weights[k], device=dev).clone().requires_grad_() for k in names}
-        rho = {k: torch.full_like(loc[k], math.log(math.expm1(0.01 * s[k]))).requires_grad_()
-               for k in names}  # fmt: skip
+        rho = {
+            k: torch.full_like(loc[k], math.log(math.expm1(0.01 * s[k]))).requires_grad_()
+            for k in names
+        }
         opt = torch.optim.Adam([*loc.values(), *rho.values()], lr=settings["lr"])
 
         def one_step(t, idx):
             scale = {k: torch.nn.functional.softplus(rho[k]) for k in names}
-            w = {k: loc[k] + scale[k] * torch.randn(loc[k].shape, generator=g, device=dev)
-                 for k in names}  # fmt: skip
-            kl = sum((math.log(s[k]) - torch.log(scale[k])
-                      + (scale[k] ** 2 + loc[k] ** 2) / (2 * s[k] ** 2) - 0.5).sum()
-                     for k in names)  # fmt: skip
+            w = {
+                k: loc[k] + scale[k] * torch.randn(loc[k].shape, generator=g, device=dev)
+                for k in names
+            }
+            kl = sum(
+                (
+                    math.log(s[k])
+                    - torch.log(scale[k])
+                    + (scale[k] ** 2 + loc[k] ** 2) / (2 * s[k] ** 2)
+                    - 0.5
+                ).sum()
+                for k in names
+            )
             loss = scale_n * nll_sum(w, idx) + kl
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -45,10 +45,20 @@ def _fit(backend, bound, args, executor=None, **kw):
     with warnings.catch_warnings():  # a BNN's weights: R-hat across chains is large, and said
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)
         start, cpu = time.perf_counter(), _cpu_seconds()
-        post = bdl.fit(bound, backend=backend, method="sghmc", num_warmup=args.warmup,
-                       num_samples=args.samples, num_chains=args.chains, seed=0,
-                       step_size=1e-4 / SIZE.n, batch_size=SIZE.batch, progress=False,
-                       executor=executor, **kw)  # fmt: skip
+        post = bdl.fit(
+            bound,
+            backend=backend,
+            method="sghmc",
+            num_warmup=args.warmup,
+            num_samples=args.samples,
+            num_chains=args.chains,
+            seed=0,
+            step_size=1e-4 / SIZE.n,
+            batch_size=SIZE.batch,
+            progress=False,
+            executor=executor,
+            **kw,
+        )
         np.asarray(post.log_likelihood["y"])
         after = _cpu_seconds()
         used = {pid: seconds - cpu.get(pid, 0.0) for pid, seconds in after.items()}
@@ -107,13 +117,17 @@ def main() -> None:
     blob = ray.cloudpickle.dumps(bound)
     start = time.perf_counter()
     ray.get(ray.put(bound))
-    print(f"the bound model pickled: {len(blob) / 1e3:.0f} kB; ray.put + get: "
-          f"{1e3 * (time.perf_counter() - start):.1f} ms")  # fmt: skip
+    print(
+        f"the bound model pickled: {len(blob) / 1e3:.0f} kB; ray.put + get: "
+        f"{1e3 * (time.perf_counter() - start):.1f} ms"
+    )
 
     draws = args.chains * args.samples
-    print(f"\nSGHMC, {SIZE.layers} BNN, N={SIZE.n}, B={SIZE.batch}: {args.chains} chains x "
-          f"({args.warmup} warmup + {args.samples} kept) steps; draws/s = kept draws / wall time "
-          "of the whole fit")  # fmt: skip
+    print(
+        f"\nSGHMC, {SIZE.layers} BNN, N={SIZE.n}, B={SIZE.batch}: {args.chains} chains x "
+        f"({args.warmup} warmup + {args.samples} kept) steps; draws/s = kept draws / wall time "
+        "of the whole fit"
+    )
     for backend in args.backends.split(","):
         variants = {
             "in process": None,
@@ -131,30 +145,39 @@ def main() -> None:
                 # chains run side by side in one XLA program, whose sums over a batch of 2 chains
                 # may round otherwise than over 4 (measured for issue 20: at most 1.2e-7 after
                 # 1000 steps, the same as two groups of 2 in one process)
-                gap = max(float(np.max(np.abs(post.samples[k] - reference.samples[k])))
-                          for k in reference.samples)  # fmt: skip
+                gap = max(
+                    float(np.max(np.abs(post.samples[k] - reference.samples[k])))
+                    for k in reference.samples
+                )
                 print(f"[{backend}] {name}: largest difference to the in-process draws: {gap:.1e}")
                 assert gap < 1e-2, f"{name}: draws differ from the in-process run by {gap}"
             best[name] = min(_fit(backend, bound, args, executor)[1] for _ in range(args.repeats))
             cpu[name] = min(CPU)
-            print(f"[{backend}] {name}: {best[name]:.2f} s, {cpu[name][0]:.2f} CPU s (first run "
-                  f"{first[name]:.2f} s)", flush=True)  # fmt: skip
+            print(
+                f"[{backend}] {name}: {best[name]:.2f} s, {cpu[name][0]:.2f} CPU s (first run "
+                f"{first[name]:.2f} s)",
+                flush=True,
+            )
         part = detach(_fit(backend, bound, args, chain_ids=list(range(-(-args.chains // 2))))[0])
         print(f"\n[{backend}] a task's posterior pickled: {len(pickle.dumps(part)) / 1e6:.1f} MB")
         here = best["in process"]
         for name, seconds in best.items():
-            print(f"[{backend}] {name:15s} {seconds:7.2f} s  {draws / seconds:6.0f} draws/s  "
-                  f"x{here / seconds:.2f} of in process  (first run {first[name]:.2f} s)  "
-                  f"CPU: {cpu[name][0]:6.2f} s in all, {cpu[name][1]:6.2f} s on the critical path "
-                  f"(this process + the busiest other): {draws / cpu[name][1]:6.0f} draws/s with "
-                  "a free core per process")  # fmt: skip
+            print(
+                f"[{backend}] {name:15s} {seconds:7.2f} s  {draws / seconds:6.0f} draws/s  "
+                f"x{here / seconds:.2f} of in process  (first run {first[name]:.2f} s)  "
+                f"CPU: {cpu[name][0]:6.2f} s in all, {cpu[name][1]:6.2f} s on the critical path "
+                f"(this process + the busiest other): {draws / cpu[name][1]:6.0f} draws/s with "
+                "a free core per process"
+            )
         tiny = argparse.Namespace(**dict(vars(args), warmup=10, samples=10))
         for name in ("in process", "Ray, 1 worker"):
             _fit(backend, bound, tiny, variants[name])
             CPU.clear()
             seconds = min(_fit(backend, bound, tiny, variants[name])[1] for _ in range(3))
-            print(f"[{backend}] a fit of 10+10 steps, {name:13s}: {seconds:.2f} s, "
-                  f"{min(CPU)[0]:.2f} CPU s")  # fmt: skip
+            print(
+                f"[{backend}] a fit of 10+10 steps, {name:13s}: {seconds:.2f} s, "
+                f"{min(CPU)[0]:.2f} CPU s"
+            )
     print(f"\nload average at the end (1, 5, 15 min): {os.getloadavg()}")
     ray.shutdown()
 

@@ -118,12 +118,16 @@ def measure(name: str, sizes, n: int, batch: int, steps: int) -> None:
     for key, value in per.items():
         print(f"  {key:<30} {1e6 * value / steps:10.1f}")
     total = per["sgld step"]
-    print(f"  noise share of the SGLD step   {per['noise alone'] / total:9.0%}  (pre-drawing it, or the "
-          f"original layout, can save at most this)")  # fmt: skip
+    print(
+        f"  noise share of the SGLD step   {per['noise alone'] / total:9.0%}  (pre-drawing it, or the "
+        f"original layout, can save at most this)"
+    )
     saved = (per["noise alone"] - per["noise alone, original layout"]) / total
     print(f"  original layout saves          {saved:9.0%}")
-    print(f"  gather share of the SGLD step  {per['gather alone'] / total:9.0%}  (gathering in bulk "
-          "can save at most this)")  # fmt: skip
+    print(
+        f"  gather share of the SGLD step  {per['gather alone'] / total:9.0%}  (gathering in bulk "
+        "can save at most this)"
+    )
 
 
 def main() -> None:

@@ -96,20 +96,32 @@ def mesh_of_one(device: str):
     return be
 
 
-def loop(size: anchors.Size, data, device, chains: int, method: str = "sghmc",
-         backend="numpyro", shard: str | None = None):  # fmt: skip
+def loop(
+    size: anchors.Size,
+    data,
+    device,
+    chains: int,
+    method: str = "sghmc",
+    backend="numpyro",
+    shard: str | None = None,
+):
     """``run(steps)``: our loop of ``method`` ("sghmc" or "ensemble") for ``chains`` chains
     (members) on ``device`` (set up once); ``backend`` a name or a backend object."""
     if isinstance(backend, str):
-        setup = prepare(anchors.model(size)(*data), backend, "float32", 0, device=device,
-                        shard=shard)  # fmt: skip
+        setup = prepare(
+            anchors.model(size)(*data), backend, "float32", 0, device=device, shard=shard
+        )
     else:
         setup = prepare(anchors.model(size)(*data), backend, "float32", 0)
     plate = minibatch_plate(setup, size.batch)
     starts = np.random.default_rng(0).normal(size=(chains, setup.layout.dim)) * 0.01
     if method == "sghmc":
-        config = SGMCMCConfig.build("sghmc", step_size=size.sgld_step, batch_size=size.batch,
-                                    momentum_decay=anchors.SGHMC_DECAY)  # fmt: skip
+        config = SGMCMCConfig.build(
+            "sghmc",
+            step_size=size.sgld_step,
+            batch_size=size.batch,
+            momentum_decay=anchors.SGHMC_DECAY,
+        )
         rates, trace, kept = Rates(size.sgld_step), False, KEPT
     else:
         config = EnsembleConfig.build(num_members=chains, batch_size=size.batch, lr=ENSEMBLE_LR)
@@ -127,16 +139,31 @@ def loop(size: anchors.Size, data, device, chains: int, method: str = "sghmc",
                 transition, arrays = ensemble_transition(setup, config, plate)
             cache[steps] = transition, arrays, plan_run(keep, chains, setup.layout.dim)
         transition, arrays, plan = cache[steps]
-        result = run_chains(setup.backend, transition, starts, 1, plan, arrays,
-                            lambda c: EpochBatches(plate[1], size.batch, [1, c, 7]), method,
-                            rates, trace=trace)  # fmt: skip
+        result = run_chains(
+            setup.backend,
+            transition,
+            starts,
+            1,
+            plan,
+            arrays,
+            lambda c: EpochBatches(plate[1], size.batch, [1, c, 7]),
+            method,
+            rates,
+            trace=trace,
+        )
         assert result.failure is None, result.failure
 
     return run
 
 
-def sghmc_loop(size: anchors.Size, data, device, chains: int, backend: str = "numpyro",
-               shard: str | None = None):  # fmt: skip
+def sghmc_loop(
+    size: anchors.Size,
+    data,
+    device,
+    chains: int,
+    backend: str = "numpyro",
+    shard: str | None = None,
+):
     """``run(steps)``: our SGHMC loop for ``chains`` chains on ``device`` (set up once)."""
     return loop(size, data, device, chains, "sghmc", backend, shard)
 
@@ -156,12 +183,14 @@ def per_step(runs: dict, repeats: int, lengths: tuple[int, int]) -> dict:
                 run(n)
                 best[k, n, "wall"] = min(best[k, n, "wall"], time.perf_counter() - wall)
                 best[k, n, "cpu"] = min(best[k, n, "cpu"], time.process_time() - cpu)
-    return {(k, c): (best[k, long, c] - best[k, short, c]) / (long - short)
-            for k in runs for c in ("wall", "cpu")}  # fmt: skip
+    return {
+        (k, c): (best[k, long, c] - best[k, short, c]) / (long - short)
+        for k in runs
+        for c in ("wall", "cpu")
+    }
 
 
-def worker(count: int, per_device: int, total: int, repeats: int, platform: str,
-           name: str) -> dict:  # fmt: skip
+def worker(count: int, per_device: int, total: int, repeats: int, platform: str, name: str) -> dict:
     """Measured in a process with ``count`` devices: chain-steps per second of each variant."""
     import jax
 
@@ -217,22 +246,40 @@ def torch_data(args) -> None:
         port = 29_500 + os.getpid() % 1000 + count
         procs = []
         for rank in range(max(count, 1)):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(max(count, 1)),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")  # fmt: skip
-            cmd = [sys.executable, __file__, "--torch-worker", str(count), "--repeats",
-                   str(args.repeats), "--size", args.size]  # fmt: skip
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                WORLD_SIZE=str(max(count, 1)),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+            )
+            cmd = [
+                sys.executable,
+                __file__,
+                "--torch-worker",
+                str(count),
+                "--repeats",
+                str(args.repeats),
+                "--size",
+                args.size,
+            ]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
         outs = [p.communicate()[0] for p in procs]
         rates[count] = json.loads(outs[0].strip().splitlines()[-1])
-    print(f"SGHMC on {args.size} (B = {anchors.SIZES[args.size].batch}), pyro, one chain, one "
-          f"thread per process, {os.cpu_count()} cores: steps per second (wall clock; CPU "
-          "clock of rank 0), against one plain process (no process group)")  # fmt: skip
+    print(
+        f"SGHMC on {args.size} (B = {anchors.SIZES[args.size].batch}), pyro, one chain, one "
+        f"thread per process, {os.cpu_count()} cores: steps per second (wall clock; CPU "
+        "clock of rank 0), against one plain process (no process group)"
+    )
     plain = rates[0]
     print(f"{'processes':>10} {'wall/s':>8} {'vs plain':>9} {'cpu/s':>8} {'vs plain':>9}")
     for count, r in sorted(rates.items()):
         label = "plain" if count == 0 else str(count)
-        print(f"{label:>10} {r['wall']:>8.1f} {r['wall'] / plain['wall']:>9.2f} "
-              f"{r['cpu']:>8.1f} {r['cpu'] / plain['cpu']:>9.2f}")  # fmt: skip
+        print(
+            f"{label:>10} {r['wall']:>8.1f} {r['wall'] / plain['wall']:>9.2f} "
+            f"{r['cpu']:>8.1f} {r['cpu'] / plain['cpu']:>9.2f}"
+        )
 
 
 def main() -> None:
@@ -258,8 +305,9 @@ def main() -> None:
         ray_mode(args)
         return
     if args.worker:
-        rates = worker(args.worker, args.per_device, args.total, args.repeats, args.platform,
-                       args.size)  # fmt: skip
+        rates = worker(
+            args.worker, args.per_device, args.total, args.repeats, args.platform, args.size
+        )
         print(json.dumps(rates))
         return
     counts = [int(c) for c in args.devices.split(",")]
@@ -273,55 +321,82 @@ def main() -> None:
             env["XLA_FLAGS"] = flags.strip()
         else:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
-        cmd = [sys.executable, __file__, "--worker", str(count), "--per-device",
-               str(args.per_device), "--total", str(args.total), "--repeats", str(args.repeats),
-               "--platform", args.platform, "--size", args.size]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            str(count),
+            "--per-device",
+            str(args.per_device),
+            "--total",
+            str(args.total),
+            "--repeats",
+            str(args.repeats),
+            "--platform",
+            args.platform,
+            "--size",
+            args.size,
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rates[count] = json.loads(out.stdout.strip().splitlines()[-1])
     report(rates, args)
 
 
 def report(rates: dict, args) -> None:
-    print(f"{args.size} (B = {anchors.SIZES[args.size].batch}), {args.platform}, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()}; draws (chain-steps, member "
-          "steps) per second of wall-clock time, and per second of the process's CPU time (its "
-          "threads together)")  # fmt: skip
+    print(
+        f"{args.size} (B = {anchors.SIZES[args.size].batch}), {args.platform}, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()}; draws (chain-steps, member "
+        "steps) per second of wall-clock time, and per second of the process's CPU time (its "
+        "threads together)"
+    )
     one = rates[1]
     for clock in ("wall", "cpu"):
         plain = one[f"plain {clock}"]
         for variant in ("list of one", "mesh of one"):
             rate = one[f"{variant} {clock}"]
-            print(f"[{clock}] SGHMC, one device, {args.per_device} chains: plain loop "
-                  f"{plain:.1f}/s, {variant} {rate:.1f}/s: overhead {plain / rate - 1:+.1%} "
-                  "(target <= 5%)")  # fmt: skip
-    print("Wall clock: efficiency = draws/s over n x the one-device loop's (weak: same chains "
-          "per device; strong: same chains in all).")  # fmt: skip
-    print("CPU clock: draws per CPU-second over the one-device loop's with the same chains per "
-          "device (weak) or in all (strong): 1.00 = splitting costs no extra work.")  # fmt: skip
+            print(
+                f"[{clock}] SGHMC, one device, {args.per_device} chains: plain loop "
+                f"{plain:.1f}/s, {variant} {rate:.1f}/s: overhead {plain / rate - 1:+.1%} "
+                "(target <= 5%)"
+            )
+    print(
+        "Wall clock: efficiency = draws/s over n x the one-device loop's (weak: same chains "
+        "per device; strong: same chains in all)."
+    )
+    print(
+        "CPU clock: draws per CPU-second over the one-device loop's with the same chains per "
+        "device (weak) or in all (strong): 1.00 = splitting costs no extra work."
+    )
     for title, prefix in (("SGHMC", ""), ("ensemble", "ens ")):
         print(f"\n{title}")
-        print(f"{'devices':>8} {'chains':>7} {'weak wall/s':>12} {'eff.':>6} {'cpu/s':>7} "
-              f"{'work':>6}   {'chains':>7} {'strong wall/s':>14} {'speed-up':>9} {'eff.':>6} "
-              f"{'cpu/s':>7} {'work':>6}")  # fmt: skip
+        print(
+            f"{'devices':>8} {'chains':>7} {'weak wall/s':>12} {'eff.':>6} {'cpu/s':>7} "
+            f"{'work':>6}   {'chains':>7} {'strong wall/s':>14} {'speed-up':>9} {'eff.':>6} "
+            f"{'cpu/s':>7} {'work':>6}"
+        )
         weak1 = {c: one[f"{prefix}plain {c}"] for c in ("wall", "cpu")}
         strong1 = {c: one[f"{prefix}plain total {c}"] for c in ("wall", "cpu")}
         for count, r in sorted(rates.items()):
             weak = {c: r.get(f"{prefix}weak {c}", weak1[c]) for c in ("wall", "cpu")}
             strong = {c: r.get(f"{prefix}strong {c}", strong1[c]) for c in ("wall", "cpu")}
             speedup = strong["wall"] / strong1["wall"]
-            print(f"{count:>8} {args.per_device * count:>7} {weak['wall']:>12.1f} "
-                  f"{weak['wall'] / (count * weak1['wall']):>6.2f} {weak['cpu']:>7.1f} "
-                  f"{weak['cpu'] / weak1['cpu']:>6.2f}   {args.total:>7} {strong['wall']:>14.1f} "
-                  f"{speedup:>9.2f} {speedup / count:>6.2f} {strong['cpu']:>7.1f} "
-                  f"{strong['cpu'] / strong1['cpu']:>6.2f}")  # fmt: skip
+            print(
+                f"{count:>8} {args.per_device * count:>7} {weak['wall']:>12.1f} "
+                f"{weak['wall'] / (count * weak1['wall']):>6.2f} {weak['cpu']:>7.1f} "
+                f"{weak['cpu'] / weak1['cpu']:>6.2f}   {args.total:>7} {strong['wall']:>14.1f} "
+                f"{speedup:>9.2f} {speedup / count:>6.2f} {strong['cpu']:>7.1f} "
+                f"{strong['cpu'] / strong1['cpu']:>6.2f}"
+            )
     print("\nSGHMC, one chain, each minibatch split over the devices (shard='data')")
     print(f"{'devices':>8} {'wall/s':>8} {'speed-up':>9} {'eff.':>6} {'cpu/s':>7} {'work':>6}")
     base = {c: one[f"data plain {c}"] for c in ("wall", "cpu")}
     for count, r in sorted(rates.items()):
         rate = {c: r.get(f"data {c}", base[c]) for c in ("wall", "cpu")}
         speedup = rate["wall"] / base["wall"]
-        print(f"{count:>8} {rate['wall']:>8.1f} {speedup:>9.2f} {speedup / count:>6.2f} "
-              f"{rate['cpu']:>7.1f} {rate['cpu'] / base['cpu']:>6.2f}")  # fmt: skip
+        print(
+            f"{count:>8} {rate['wall']:>8.1f} {speedup:>9.2f} {speedup / count:>6.2f} "
+            f"{rate['cpu']:>7.1f} {rate['cpu'] / base['cpu']:>6.2f}"
+        )
 
 
 # -- local Ray workers ---------------------------------------------------------------------------
@@ -349,19 +424,23 @@ def ray_mode(args) -> None:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     task = ray.remote(task_rates).options(num_cpus=1)
     per, total = args.per_device, args.total
-    print(f"{args.ray}, {args.size} (B = {anchors.SIZES[args.size].batch}), {os.cpu_count()} "
-          f"cores, load average {os.getloadavg()}: draws (chain-steps, member steps) per "
-          "second of each loop, set up once in its process (this one, or a Ray worker's); "
-          "several workers: the sum of their rates (their tasks run side by side)")  # fmt: skip
+    print(
+        f"{args.ray}, {args.size} (B = {anchors.SIZES[args.size].batch}), {os.cpu_count()} "
+        f"cores, load average {os.getloadavg()}: draws (chain-steps, member steps) per "
+        "second of each loop, set up once in its process (this one, or a Ray worker's); "
+        "several workers: the sum of their rates (their tasks run side by side)"
+    )
     for method in ("sghmc", "ensemble"):
         rates = {}
         for chains in dict.fromkeys((per, total)):
-            rates["in process", chains] = task_rates(args.size, method, chains, args.repeats,
-                                                     args.ray)  # fmt: skip
+            rates["in process", chains] = task_rates(
+                args.size, method, chains, args.repeats, args.ray
+            )
         for workers, chains in dict.fromkeys(((1, per), (1, total), (2, 2 * per), (2, total))):
             shares = [len(g) for g in np.array_split(np.arange(chains), workers)]
-            got = ray.get([task.remote(args.size, method, n, args.repeats, args.ray)
-                           for n in shares])  # fmt: skip
+            got = ray.get(
+                [task.remote(args.size, method, n, args.repeats, args.ray) for n in shares]
+            )
             rates[f"Ray, {workers} worker{'s' * (workers > 1)}", chains] = {
                 c: sum(r[c] for r in got) for c in ("wall", "cpu")
             }
@@ -371,11 +450,13 @@ def ray_mode(args) -> None:
         one_w, one_s = rates["Ray, 1 worker", per], rates["Ray, 1 worker", total]
         two_w, two_s = rates["Ray, 2 workers", 2 * per], rates["Ray, 2 workers", total]
         for clock in ("wall", "cpu"):
-            print(f"{'':>9}[{clock}] 2 workers against 1: weak efficiency "
-                  f"{two_w[clock] / (2 * one_w[clock]):.2f}, strong speed-up "
-                  f"{two_s[clock] / one_s[clock]:.2f} (efficiency "
-                  f"{two_s[clock] / one_s[clock] / 2:.2f}); 1 worker against this process "
-                  f"({total} chains): {one_s[clock] / rates['in process', total][clock]:.2f}")  # fmt: skip
+            print(
+                f"{'':>9}[{clock}] 2 workers against 1: weak efficiency "
+                f"{two_w[clock] / (2 * one_w[clock]):.2f}, strong speed-up "
+                f"{two_s[clock] / one_s[clock]:.2f} (efficiency "
+                f"{two_s[clock] / one_s[clock] / 2:.2f}); 1 worker against this process "
+                f"({total} chains): {one_s[clock] / rates['in process', total][clock]:.2f}"
+            )
     ray.shutdown()
 
 

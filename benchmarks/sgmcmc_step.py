@@ -87,8 +87,10 @@ def make_sgd_jax(n: int, steps: int) -> float:
     rng = np.random.default_rng(0)
     params = {
         "w1": jnp.asarray(rng.normal(size=(D, H)) * 0.1, jnp.float32),
-        "b1": jnp.zeros(H), "w2": jnp.asarray(rng.normal(size=H) * 0.1, jnp.float32), "b2": jnp.zeros(()),
-    }  # fmt: skip
+        "b1": jnp.zeros(H),
+        "w2": jnp.asarray(rng.normal(size=H) * 0.1, jnp.float32),
+        "b2": jnp.zeros(()),
+    }
 
     def loss(p, idx):
         xb, yb = X[idx], y[idx]
@@ -116,9 +118,11 @@ def make_sgd_torch(n: int, steps: int) -> float:
     X, y = torch.as_tensor(X), torch.as_tensor(y)
     g = torch.Generator().manual_seed(0)
     params = [
-        (torch.randn(D, H, generator=g) * 0.1).requires_grad_(), torch.zeros(H, requires_grad=True),
-        (torch.randn(H, generator=g) * 0.1).requires_grad_(), torch.zeros((), requires_grad=True),
-    ]  # fmt: skip
+        (torch.randn(D, H, generator=g) * 0.1).requires_grad_(),
+        torch.zeros(H, requires_grad=True),
+        (torch.randn(H, generator=g) * 0.1).requires_grad_(),
+        torch.zeros((), requires_grad=True),
+    ]
     idxs = torch.randint(0, n, (steps, B), generator=g)
 
     def run():
@@ -159,8 +163,10 @@ def make_blackjax(n: int, steps: int) -> float:
     rng = np.random.default_rng(0)
     params = {
         "w1": jnp.asarray(rng.normal(size=(D, H)) * 0.1, jnp.float32),
-        "b1": jnp.zeros(H), "w2": jnp.asarray(rng.normal(size=H) * 0.1, jnp.float32), "b2": jnp.zeros(()),
-    }  # fmt: skip
+        "b1": jnp.zeros(H),
+        "w2": jnp.asarray(rng.normal(size=H) * 0.1, jnp.float32),
+        "b2": jnp.zeros(()),
+    }
 
     @jax.jit
     def run(p, key, idxs):
@@ -185,9 +191,11 @@ def make_posteriors(n: int, steps: int) -> float:
     X, y = torch.as_tensor(X), torch.as_tensor(y)
     g = torch.Generator().manual_seed(0)
     params = {
-        "w1": torch.randn(D, H, generator=g) * 0.1, "b1": torch.zeros(H),
-        "w2": torch.randn(H, generator=g) * 0.1, "b2": torch.zeros(()),
-    }  # fmt: skip
+        "w1": torch.randn(D, H, generator=g) * 0.1,
+        "b1": torch.zeros(H),
+        "w2": torch.randn(H, generator=g) * 0.1,
+        "b2": torch.zeros(()),
+    }
 
     def log_posterior(p, batch):
         xb, yb = batch

@@ -32,8 +32,9 @@ def programs(name: str):
     """Ours and the hand-written SGLD loop at size ``name``, lowered."""
     size = anchors.SIZES[name]
     data = anchors.make_data(size)
-    ours = anchors.ours_loop("numpyro", "sgld", anchors.model(size)(*data), size.batch,
-                             size.sgld_step)  # fmt: skip
+    ours = anchors.ours_loop(
+        "numpyro", "sgld", anchors.model(size)(*data), size.batch, size.sgld_step
+    )
     return ours.lower(STEPS), anchors.make_jax(size, "sgld", data).lower(STEPS)
 
 
@@ -48,8 +49,10 @@ def main() -> None:
         k_ours = body_kernels(ours.compile().as_text())
         k_hand = body_kernels(hand.compile().as_text())
         g_ours, g_hand = float_gates(ours.as_text()), float_gates(hand.as_text())
-        print(f"{name:>17s}  {len(k_ours):22d} {len(k_hand):5d}  ({len(k_ours) - len(k_hand):+d})"
-              f"   {g_ours:19d} {g_hand:5d}")  # fmt: skip
+        print(
+            f"{name:>17s}  {len(k_ours):22d} {len(k_hand):5d}  ({len(k_ours) - len(k_hand):+d})"
+            f"   {g_ours:19d} {g_hand:5d}"
+        )
         if args.list:
             for label, kernels in (("ours", k_ours), ("hand", k_hand)):
                 counts = Counter(f"{op} {shape}" for op, shape in kernels)

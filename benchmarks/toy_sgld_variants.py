@@ -97,8 +97,10 @@ def main() -> None:
             best[name] = min(best[name], time.perf_counter() - start)
     floor = best["sgd"]
     for name, seconds in best.items():
-        print(f"{name:16s} {1e6 * seconds / (10 * CHUNK):7.2f} us/step  "
-              f"{seconds / floor:5.2f}x SGD   {VARIANTS[name]}")  # fmt: skip
+        print(
+            f"{name:16s} {1e6 * seconds / (10 * CHUNK):7.2f} us/step  "
+            f"{seconds / floor:5.2f}x SGD   {VARIANTS[name]}"
+        )
 
 
 if __name__ == "__main__":

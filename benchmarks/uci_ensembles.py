@@ -47,8 +47,14 @@ def main() -> None:
         proto = uci.protocol(name)
         splits = range(min(args.splits or proto.num_splits, proto.num_splits))
         model = uci.uci_model(proto.num_hidden, args.noise, PRIORS[args.prior])
-        result = uci.run_uci(name, options, splits=splits, backend=args.backend, model=model,
-                             label=f"{args.backend} {args.noise} {args.prior}")  # fmt: skip
+        result = uci.run_uci(
+            name,
+            options,
+            splits=splits,
+            backend=args.backend,
+            model=model,
+            label=f"{args.backend} {args.noise} {args.prior}",
+        )
         flagged = sum(bool(s.findings) for s in result.scores)
         print(
             f"{result}; within the published ±: {result.matches_published()}; "

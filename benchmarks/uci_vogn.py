@@ -49,25 +49,38 @@ def main() -> None:
     for name in args.sets:
         means = []
         for group in range(args.seed_groups):
-            results = uci_vi.vogn_against_adam(name, args.backend, range(args.splits),
-                                               args.epochs, args.batch_size,
-                                               seed=1000 * group,
-                                               curvature=args.curvature)  # fmt: skip
+            results = uci_vi.vogn_against_adam(
+                name,
+                args.backend,
+                range(args.splits),
+                args.epochs,
+                args.batch_size,
+                seed=1000 * group,
+                curvature=args.curvature,
+            )
             for result in results.values():
                 elbo = -np.array([s.final_loss for s in result.scores])
                 se = elbo.std(ddof=1) / np.sqrt(len(elbo)) if len(elbo) > 1 else float("nan")
                 print(f"{result}; ELBO {elbo.mean():.1f} ± {se:.1f}", flush=True)
             diff, se = uci.paired_difference(results["vogn"], results["adam"])
             means.append(diff)
-            per_split = [round(a.log_likelihood - b.log_likelihood, 4) for a, b in
-                         zip(results["vogn"].scores, results["adam"].scores, strict=True)]  # fmt: skip
-            print(f"{name} (seeds {1000 * group} + split): test LL vogn - adam {diff:.3f} ± "
-                  f"{se:.3f} ({diff / se:.1f} se, bar met: {diff > -2 * se}; per split "
-                  f"{per_split}); {args.epochs} epochs, batch {args.batch_size}", flush=True)  # fmt: skip
+            per_split = [
+                round(a.log_likelihood - b.log_likelihood, 4)
+                for a, b in zip(results["vogn"].scores, results["adam"].scores, strict=True)
+            ]
+            print(
+                f"{name} (seeds {1000 * group} + split): test LL vogn - adam {diff:.3f} ± "
+                f"{se:.3f} ({diff / se:.1f} se, bar met: {diff > -2 * se}; per split "
+                f"{per_split}); {args.epochs} epochs, batch {args.batch_size}",
+                flush=True,
+            )
         if len(means) > 1:
             se = np.std(means, ddof=1) / np.sqrt(len(means))
-            print(f"{name}: over {len(means)} seed groups, vogn - adam {np.mean(means):.4f} ± "
-                  f"{se:.4f} (standard error of the groups' means)", flush=True)  # fmt: skip
+            print(
+                f"{name}: over {len(means)} seed groups, vogn - adam {np.mean(means):.4f} ± "
+                f"{se:.4f} (standard error of the groups' means)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -69,8 +69,15 @@ def ours(backend: str, X: np.ndarray):
     encoder, decoder = vae.networks("dense", SIZE, LATENT, HIDDEN)
     model = vae.vae_model(decoder, LATENT, "bernoulli")
     setup = prepare(model(X), backend, "float32", 0)
-    run_vi = VIRun(setup, 0, guide=guides.Amortized(encoder, sites=["z"]), batch_size=B, lr=LR,
-                   num_steps=10**6, schedule="constant")  # fmt: skip
+    run_vi = VIRun(
+        setup,
+        0,
+        guide=guides.Amortized(encoder, sites=["z"]),
+        batch_size=B,
+        lr=LR,
+        num_steps=10**6,
+        schedule="constant",
+    )
 
     def run(steps):
         losses, failure = run_vi.steps(steps)
@@ -91,8 +98,12 @@ def hand_jax(X: np.ndarray):
 
     Xj = jnp.asarray(X.reshape(len(X), PIXELS), jnp.float32)
     rng = np.random.default_rng(0)
-    params = [_dense(rng, PIXELS, HIDDEN), _dense(rng, HIDDEN, 2 * LATENT),
-              _dense(rng, LATENT, HIDDEN), _dense(rng, HIDDEN, PIXELS)]  # fmt: skip
+    params = [
+        _dense(rng, PIXELS, HIDDEN),
+        _dense(rng, HIDDEN, 2 * LATENT),
+        _dense(rng, LATENT, HIDDEN),
+        _dense(rng, HIDDEN, PIXELS),
+    ]
     params = jax.tree_util.tree_map(jnp.asarray, params)
     tx = optax.adam(LR)
 
@@ -135,10 +146,12 @@ def hand_torch(X: np.ndarray):
 
     torch.manual_seed(0)
     Xt = torch.as_tensor(X.reshape(len(X), PIXELS), dtype=torch.float32)
-    encoder = torch.nn.Sequential(torch.nn.Linear(PIXELS, HIDDEN), torch.nn.ReLU(),
-                                  torch.nn.Linear(HIDDEN, 2 * LATENT))  # fmt: skip
-    decoder = torch.nn.Sequential(torch.nn.Linear(LATENT, HIDDEN), torch.nn.ReLU(),
-                                  torch.nn.Linear(HIDDEN, PIXELS))  # fmt: skip
+    encoder = torch.nn.Sequential(
+        torch.nn.Linear(PIXELS, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 2 * LATENT)
+    )
+    decoder = torch.nn.Sequential(
+        torch.nn.Linear(LATENT, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, PIXELS)
+    )
     opt = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()], lr=LR)
     rng = np.random.default_rng(0)
 
@@ -166,13 +179,19 @@ def main() -> None:
     parser.add_argument("--backend", choices=["numpyro", "pyro", "both"], default="both")
     parser.add_argument("--steps", type=int, default=200, help="steps per timed call")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall time, or process CPU time (steadier on a shared machine)")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall time, or process CPU time (steadier on a shared machine)",
+    )
     args = parser.parse_args()
     X = vae.stroke_images(N, SIZE, "bernoulli", seed=0)
-    print(f"VAE step: B={B}, {SIZE}x{SIZE} Bernoulli images, dense {PIXELS}-{HIDDEN}-{2 * LATENT} "
-          f"encoder, {LATENT}-{HIDDEN}-{PIXELS} decoder; {args.steps} steps per call, best of "
-          f"{args.rounds} interleaved rounds, {args.clock} clock")  # fmt: skip
+    print(
+        f"VAE step: B={B}, {SIZE}x{SIZE} Bernoulli images, dense {PIXELS}-{HIDDEN}-{2 * LATENT} "
+        f"encoder, {LATENT}-{HIDDEN}-{PIXELS} decoder; {args.steps} steps per call, best of "
+        f"{args.rounds} interleaved rounds, {args.clock} clock"
+    )
     backends = ["numpyro", "pyro"] if args.backend == "both" else [args.backend]
     for backend in backends:
         if backend == "pyro":

@@ -83,9 +83,10 @@ def floor_numpyro(X, y):
     rng = np.random.default_rng(0)
     params = {
         "w1": jnp.asarray(rng.normal(size=(D_IN, HIDDEN)), jnp.float32),
-        "b1": jnp.zeros(HIDDEN), "w2": jnp.asarray(rng.normal(size=HIDDEN) * 0.1, jnp.float32),
+        "b1": jnp.zeros(HIDDEN),
+        "w2": jnp.asarray(rng.normal(size=HIDDEN) * 0.1, jnp.float32),
         "b2": jnp.zeros(()),
-    }  # fmt: skip
+    }
 
     def loss(p, idx):
         h = jnp.tanh(Xj[idx] @ p["w1"] + p["b1"])
@@ -111,8 +112,12 @@ def floor_pyro(X, y):
 
     Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
     g = torch.Generator().manual_seed(0)
-    params = [torch.randn(D_IN, HIDDEN, generator=g), torch.zeros(HIDDEN),
-              0.1 * torch.randn(HIDDEN, generator=g), torch.zeros(())]  # fmt: skip
+    params = [
+        torch.randn(D_IN, HIDDEN, generator=g),
+        torch.zeros(HIDDEN),
+        0.1 * torch.randn(HIDDEN, generator=g),
+        torch.zeros(()),
+    ]
     for p in params:
         p.requires_grad_(True)
 
@@ -183,8 +188,9 @@ def hand_vi_numpyro(X, y):
 def hand_vi_pyro(X, y):
     import torch
 
-    loss, dim = _mean_field_loss(torch, torch.nn.functional.softplus, torch.as_tensor(X),
-                                 torch.as_tensor(y), len(X))  # fmt: skip
+    loss, dim = _mean_field_loss(
+        torch, torch.nn.functional.softplus, torch.as_tensor(X), torch.as_tensor(y), len(X)
+    )
     g = torch.Generator().manual_seed(0)
     params = [torch.zeros(dim, requires_grad=True), torch.full((dim,), -3.0, requires_grad=True)]
     opt = torch.optim.Adam(params, lr=LR)
@@ -318,10 +324,14 @@ def main() -> None:
             # The floor at N too: its minibatch gathers miss the caches as ours do, which shows
             # how much of the ratio is the memory hierarchy rather than O(N) work.
             an = per_step(floor(Xn, yn), steps, args.rounds)
-            print(f"(b) ours, meanfield VI step   N={n:>9,}: {bn:8.4f} ms/step  "
-                  f"ratio to N={args.sizes[0]:,}: {bn / b:5.2f} (target <= 1.2)")  # fmt: skip
-            print(f"    the floor's own           N={n:>9,}: {an:8.4f} ms/step  "
-                  f"ratio to N={args.sizes[0]:,}: {an / a:5.2f}")  # fmt: skip
+            print(
+                f"(b) ours, meanfield VI step   N={n:>9,}: {bn:8.4f} ms/step  "
+                f"ratio to N={args.sizes[0]:,}: {bn / b:5.2f} (target <= 1.2)"
+            )
+            print(
+                f"    the floor's own           N={n:>9,}: {an:8.4f} ms/step  "
+                f"ratio to N={args.sizes[0]:,}: {an / a:5.2f}"
+            )
         for guide, kw in (("lowrank", {"rank": 10}), ("flow", {"num_layers": 4, "hidden": 64})):
             t = per_step(ours(be, X, y, guide=guide, **kw), steps, args.rounds)
             print(f"    ours, {guide:<8} {str(kw):<32} N={args.sizes[0]:>9,}: {t:8.4f} ms/step")

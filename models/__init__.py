@@ -22,9 +22,16 @@ from typing import Any
 from ppl_bdl.models import bnn, hmm, images, mixture, posteriordb, regression, timeseries, vision
 
 __all__ = [
-    "bnn", "examples", "hmm", "images", "mixture", "posteriordb", "regression", "timeseries",
+    "bnn",
+    "examples",
+    "hmm",
+    "images",
+    "mixture",
+    "posteriordb",
+    "regression",
+    "timeseries",
     "vision",
-]  # fmt: skip
+]
 
 
 def examples() -> dict[str, Any]:

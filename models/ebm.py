@@ -30,17 +30,32 @@ from ppl_bdl.models import images
 #: 1000 Adam updates with a cosine learning rate, so that θ settles and long chains from noise
 #: sample the data's law (tests/test_ebm.py checks the moments).
 SETTINGS_2D: dict[str, Any] = dict(
-    sampler="sgld", chain_steps=20, step_size=0.01, persistent=True, batch_size=100,
-    num_steps=1000, lr=2e-3, lr_schedule="cosine",
-)  # fmt: skip
+    sampler="sgld",
+    chain_steps=20,
+    step_size=0.01,
+    persistent=True,
+    batch_size=100,
+    num_steps=1000,
+    lr=2e-3,
+    lr_schedule="cosine",
+)
 #: The stroke images (16 x 16): Langevin at a low temperature (drift α ∇E with α = 0.1, noise
 #: √(2αT) = 0.014 per pixel: it samples exp(−E/T)), K = 40 steps kept in the pixels' range, and a
 #: small energy regulariser (Du and Mordatch 2019). 1000 updates: about 3 minutes on a laptop
 #: CPU; the buffer's images have the data's pixel spread and a mean image within 0.12 pixel sd.
 SETTINGS_STROKES: dict[str, Any] = dict(
-    sampler="sgld", chain_steps=40, step_size=0.1, temperature=1e-3, clip=True,
-    energy_l2=0.1, persistent=True, batch_size=64, num_steps=1000, lr=1e-3, lr_schedule="cosine",
-)  # fmt: skip
+    sampler="sgld",
+    chain_steps=40,
+    step_size=0.1,
+    temperature=1e-3,
+    clip=True,
+    energy_l2=0.1,
+    persistent=True,
+    batch_size=64,
+    num_steps=1000,
+    lr=1e-3,
+    lr_schedule="cosine",
+)
 
 
 def gaussian_mixture_2d(n: int = 2000, seed: int = 0) -> np.ndarray:
@@ -71,12 +86,15 @@ def energy_cnn(size: int = 16, channels: int = 1, width: int = 16) -> nn.Sequent
     return nn.Sequential(
         "energy",
         [
-            nn.Conv2d("conv1", channels, width, 3, stride=2, padding=1), "silu",
-            nn.Conv2d("conv2", width, 2 * width, 3, stride=2, padding=1), "silu",
-            nn.Flatten(), nn.Dense("out", final, 1),
+            nn.Conv2d("conv1", channels, width, 3, stride=2, padding=1),
+            "silu",
+            nn.Conv2d("conv2", width, 2 * width, 3, stride=2, padding=1),
+            "silu",
+            nn.Flatten(),
+            nn.Dense("out", final, 1),
         ],
         prior=nn.he_normal(),
-    )  # fmt: skip
+    )
 
 
 def stroke_images(n: int = 1000, size: int = 16, seed: int = 0) -> np.ndarray:
@@ -86,8 +104,14 @@ def stroke_images(n: int = 1000, size: int = 16, seed: int = 0) -> np.ndarray:
     return X
 
 
-def fit_2d(backend: str = "numpyro", data: str = "mixture", n: int = 2000, seed: int = 0,
-           hidden=(64, 64), **options: Any):  # fmt: skip
+def fit_2d(
+    backend: str = "numpyro",
+    data: str = "mixture",
+    n: int = 2000,
+    seed: int = 0,
+    hidden=(64, 64),
+    **options: Any,
+):
     """(X, the trained EnergyModel) on ``data`` ("mixture" or "rings"), with an MLP energy of
     ``hidden`` widths; ``options`` override :data:`SETTINGS_2D`."""
     X = {"mixture": gaussian_mixture_2d, "rings": rings_2d}[data](n, seed=seed)
@@ -95,8 +119,9 @@ def fit_2d(backend: str = "numpyro", data: str = "mixture", n: int = 2000, seed:
     return X, bdl.ebm.fit(energy_mlp(hidden=hidden), X, backend=backend, seed=seed, **settings)
 
 
-def fit_strokes(backend: str = "numpyro", n: int = 1000, size: int = 16, seed: int = 0,
-                **options: Any):  # fmt: skip
+def fit_strokes(
+    backend: str = "numpyro", n: int = 1000, size: int = 16, seed: int = 0, **options: Any
+):
     """(X, the trained EnergyModel) on stroke images of ``size`` x ``size``."""
     X = stroke_images(n, size, seed)
     settings = {**SETTINGS_STROKES, **options}

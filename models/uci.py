@@ -53,10 +53,16 @@ from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 DATA_ENV = "PPL_BDL_DATA"
 #: Short names -> the folders of the shared UCI data.
 FOLDERS = {
-    "boston": "bostonHousing", "concrete": "concrete", "energy": "energy", "kin8nm": "kin8nm",
-    "naval": "naval-propulsion-plant", "power": "power-plant",
-    "protein": "protein-tertiary-structure", "wine": "wine-quality-red", "yacht": "yacht",
-}  # fmt: skip
+    "boston": "bostonHousing",
+    "concrete": "concrete",
+    "energy": "energy",
+    "kin8nm": "kin8nm",
+    "naval": "naval-propulsion-plant",
+    "power": "power-plant",
+    "protein": "protein-tertiary-structure",
+    "wine": "wine-quality-red",
+    "yacht": "yacht",
+}
 #: Deep ensembles (5 nets), Lakshminarayanan et al. 2017, Table 1: test RMSE and test
 #: log-likelihood (their NLL, sign flipped), each (value, ± as printed there).
 PUBLISHED_DEEP_ENSEMBLES = {
@@ -76,9 +82,11 @@ def uci_dir() -> Path | None:
     """The shared UCI folder (``$PPL_BDL_DATA/uci``, else ``../shared/data/uci`` next to the
     repository), or None when it is not there."""
     override = os.environ.get(DATA_ENV)
-    root = Path(override).expanduser() if override else (
-        Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    )  # fmt: skip
+    root = (
+        Path(override).expanduser()
+        if override
+        else (Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    )
     folder = root / "uci"
     return folder if folder.is_dir() else None
 
@@ -114,8 +122,9 @@ class Protocol:
 def protocol(name: str, root: Path | None = None) -> Protocol:
     """The protocol of set ``name`` (``n_splits.txt``, ``n_hidden.txt``, ``n_epochs.txt``)."""
     folder = _folder(name, root)
-    return Protocol(name, *(int(_ints(folder / f)[0]) for f in
-                            ("n_splits.txt", "n_hidden.txt", "n_epochs.txt")))  # fmt: skip
+    return Protocol(
+        name, *(int(_ints(folder / f)[0]) for f in ("n_splits.txt", "n_hidden.txt", "n_epochs.txt"))
+    )
 
 
 @dataclass(frozen=True)
@@ -155,8 +164,16 @@ def load_split(name: str, split: int, root: Path | None = None) -> UCISplit:
     x_mean, x_sd = X_train.mean(0), X_train.std(0)
     x_sd = np.where(x_sd > 0, x_sd, 1.0)  # a constant column in a split (naval)
     y_mean, y_sd = float(y_train.mean()), float(y_train.std())
-    return UCISplit(name, int(split), (X_train - x_mean) / x_sd, (y_train - y_mean) / y_sd,
-                    (X_test - x_mean) / x_sd, (y_test - y_mean) / y_sd, y_mean, y_sd)  # fmt: skip
+    return UCISplit(
+        name,
+        int(split),
+        (X_train - x_mean) / x_sd,
+        (y_train - y_mean) / y_sd,
+        (X_test - x_mean) / x_sd,
+        (y_test - y_mean) / y_sd,
+        y_mean,
+        y_sd,
+    )
 
 
 def uci_model(num_hidden: int = 50, noise: str = "heteroscedastic", prior=None) -> bdl.Model:
@@ -269,21 +286,32 @@ class DeepEnsembleOptions:
     def __call__(self, data: UCISplit, proto: Protocol) -> dict:
         batch = min(self.batch_size, len(data.y_train))
         steps = (self.epochs or proto.num_epochs) * (len(data.y_train) // batch)
-        return dict(method="ensemble", num_members=self.num_members, batch_size=batch,
-                    lr=self.lr, num_steps=steps, **dict(self.extra))  # fmt: skip
+        return dict(
+            method="ensemble",
+            num_members=self.num_members,
+            batch_size=batch,
+            lr=self.lr,
+            num_steps=steps,
+            **dict(self.extra),
+        )
 
     @property
     def label(self) -> str:
         extra = "".join(f", {k}={v}" for k, v in self.extra)
         epochs = self.epochs or "the set's"
-        return (f"ensemble (M={self.num_members}, B={self.batch_size}, lr={self.lr}, "
-                f"{epochs} epochs{extra})")  # fmt: skip
+        return (
+            f"ensemble (M={self.num_members}, B={self.batch_size}, lr={self.lr}, "
+            f"{epochs} epochs{extra})"
+        )
 
 
 def deep_ensemble_options(
-    num_members: int = 5, batch_size: int = 16, lr: float = 0.01, epochs: int | None = None,
+    num_members: int = 5,
+    batch_size: int = 16,
+    lr: float = 0.01,
+    epochs: int | None = None,
     **extra: Any,
-) -> DeepEnsembleOptions:  # fmt: skip
+) -> DeepEnsembleOptions:
     """The deep-ensemble protocol (Lakshminarayanan et al. 2017, Sec. 3.3: 5 networks with a
     mean and a variance output, Adam, 40 epochs): see :class:`DeepEnsembleOptions`.
 
@@ -306,10 +334,17 @@ def deep_ensemble_options(
 
 
 def run_uci(
-    name: str, options: dict | Callable[[UCISplit, Protocol], dict], *,
-    splits: Sequence[int] | None = None, backend: str | None = None, model: bdl.Model | None = None,
-    seed: int = 0, root: Path | None = None, label: str = "", progress: bool = False,
-) -> UCIResult:  # fmt: skip
+    name: str,
+    options: dict | Callable[[UCISplit, Protocol], dict],
+    *,
+    splits: Sequence[int] | None = None,
+    backend: str | None = None,
+    model: bdl.Model | None = None,
+    seed: int = 0,
+    root: Path | None = None,
+    label: str = "",
+    progress: bool = False,
+) -> UCIResult:
     """Fit and score set ``name`` on ``splits`` (default: all of the set's splits).
 
     ``options``: ``bdl.fit``'s arguments (method and its settings), or a function of the split
@@ -326,8 +361,14 @@ def run_uci(
         start = time.perf_counter()
         with warnings.catch_warnings():  # kept on the posterior, and in the split's score
             warnings.simplefilter("ignore", ConvergenceWarning)
-            post = bdl.fit(model(data.X_train, data.y_train), backend=backend, seed=seed + int(k),
-                           progress=progress, log_likelihood=False, **kwargs)  # fmt: skip
+            post = bdl.fit(
+                model(data.X_train, data.y_train),
+                backend=backend,
+                seed=seed + int(k),
+                progress=progress,
+                log_likelihood=False,
+                **kwargs,
+            )
         seconds = time.perf_counter() - start
         result.scores.append(
             SplitScore(
@@ -336,7 +377,7 @@ def run_uci(
                 seconds,
                 tuple(post.diagnostics.kinds()),
                 _final_loss(post),
-            )  # fmt: skip
+            )
         )
     return result
 

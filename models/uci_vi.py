@@ -64,9 +64,16 @@ class VIOptions:
         batch = min(self.batch_size, len(data.y_train))
         steps = (self.epochs or proto.num_epochs) * (len(data.y_train) // batch)
         lr = {} if self.lr is None else {"lr": self.lr}
-        return dict(method="vi", guide="meanfield", optimizer=self.optimizer, batch_size=batch,
-                    num_steps=steps, num_samples=self.num_samples, **lr,
-                    **dict(self.extra))  # fmt: skip
+        return dict(
+            method="vi",
+            guide="meanfield",
+            optimizer=self.optimizer,
+            batch_size=batch,
+            num_steps=steps,
+            num_samples=self.num_samples,
+            **lr,
+            **dict(self.extra),
+        )
 
     @property
     def label(self) -> str:
@@ -76,17 +83,28 @@ class VIOptions:
         return f"meanfield {self.optimizer} (B={self.batch_size}{lr}, {epochs} epochs{extra})"
 
 
-def vi_options(optimizer: str = "adam", epochs: int | None = None, batch_size: int = 32,
-               lr: float | None = None, num_samples: int = 200, **extra: Any) -> VIOptions:  # fmt: skip
+def vi_options(
+    optimizer: str = "adam",
+    epochs: int | None = None,
+    batch_size: int = 32,
+    lr: float | None = None,
+    num_samples: int = 200,
+    **extra: Any,
+) -> VIOptions:
     """Mean-field VI on the UCI protocol: see :class:`VIOptions` (and the module's example)."""
     return VIOptions(optimizer, epochs, batch_size, lr, num_samples, tuple(sorted(extra.items())))
 
 
 def vogn_against_adam(
-    name: str, backend: str, splits: Sequence[int] | None = None,
-    epochs: int = COMPARISON_EPOCHS, batch_size: int = 32, root: Path | None = None,
-    seed: int = 0, curvature: str | None = None,
-) -> dict[str, UCIResult]:  # fmt: skip
+    name: str,
+    backend: str,
+    splits: Sequence[int] | None = None,
+    epochs: int = COMPARISON_EPOCHS,
+    batch_size: int = 32,
+    root: Path | None = None,
+    seed: int = 0,
+    curvature: str | None = None,
+) -> dict[str, UCIResult]:
     """Set ``name`` fitted and scored with mean-field VI by each optimizer of
     :data:`VOGN_AGAINST_ADAM` on the same splits, epochs, minibatches (the split's seed,
     ``seed + k`` for split k) and cosine schedule, with the VI literature's network (one hidden
@@ -107,6 +125,6 @@ def vogn_against_adam(
             root=root,
             seed=seed,
             label=f"{backend} {label}",
-        )  # fmt: skip
+        )
         for label, options in settings.items()
     }

@@ -70,14 +70,26 @@ def networks(architecture: str, size: int, latent_dim: int, hidden: int = 256):
         return bm.reshape(x, (int(x.shape[0]), 1, size, size))
 
     if architecture == "dense":
-        encoder = nn.Sequential("encoder", [
-            nn.Flatten(), nn.Dense("hidden", pixels, hidden), "relu",
-            nn.Dense("out", hidden, 2 * latent_dim),
-        ], prior=nn.he_normal())  # fmt: skip
-        decoder = nn.Sequential("decoder", [
-            nn.Dense("hidden", latent_dim, hidden), "relu", nn.Dense("out", hidden, pixels),
-            to_image,
-        ], prior=nn.he_normal())  # fmt: skip
+        encoder = nn.Sequential(
+            "encoder",
+            [
+                nn.Flatten(),
+                nn.Dense("hidden", pixels, hidden),
+                "relu",
+                nn.Dense("out", hidden, 2 * latent_dim),
+            ],
+            prior=nn.he_normal(),
+        )
+        decoder = nn.Sequential(
+            "decoder",
+            [
+                nn.Dense("hidden", latent_dim, hidden),
+                "relu",
+                nn.Dense("out", hidden, pixels),
+                to_image,
+            ],
+            prior=nn.he_normal(),
+        )
         return encoder, decoder
     if size % 4:
         raise ConfigError(
@@ -88,16 +100,32 @@ def networks(architecture: str, size: int, latent_dim: int, hidden: int = 256):
     def to_maps(x):
         return bm.reshape(x, (int(x.shape[0]), 32, quarter, quarter))
 
-    encoder = nn.Sequential("encoder", [
-        nn.Conv2d("conv1", 1, 16, 3, stride=2, padding=1), "relu",
-        nn.Conv2d("conv2", 16, 32, 3, stride=2, padding=1), "relu",
-        nn.Flatten(), nn.Dense("out", 32 * quarter * quarter, 2 * latent_dim),
-    ], prior=nn.he_normal())  # fmt: skip
-    decoder = nn.Sequential("decoder", [
-        nn.Dense("hidden", latent_dim, 32 * quarter * quarter), "relu", to_maps,
-        upsample2, nn.Conv2d("conv1", 32, 16, 3, padding=1), "relu",
-        upsample2, nn.Conv2d("conv2", 16, 1, 3, padding=1),
-    ], prior=nn.he_normal())  # fmt: skip
+    encoder = nn.Sequential(
+        "encoder",
+        [
+            nn.Conv2d("conv1", 1, 16, 3, stride=2, padding=1),
+            "relu",
+            nn.Conv2d("conv2", 16, 32, 3, stride=2, padding=1),
+            "relu",
+            nn.Flatten(),
+            nn.Dense("out", 32 * quarter * quarter, 2 * latent_dim),
+        ],
+        prior=nn.he_normal(),
+    )
+    decoder = nn.Sequential(
+        "decoder",
+        [
+            nn.Dense("hidden", latent_dim, 32 * quarter * quarter),
+            "relu",
+            to_maps,
+            upsample2,
+            nn.Conv2d("conv1", 32, 16, 3, padding=1),
+            "relu",
+            upsample2,
+            nn.Conv2d("conv2", 16, 1, 3, padding=1),
+        ],
+        prior=nn.he_normal(),
+    )
     return encoder, decoder
 
 
@@ -113,8 +141,13 @@ def initial_weights(network: nn.Module, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def vae_model(decoder: nn.Module, latent_dim: int, likelihood: str = "bernoulli",
-              bayesian_decoder: bool = False, seed: int = 0):  # fmt: skip
+def vae_model(
+    decoder: nn.Module,
+    latent_dim: int,
+    likelihood: str = "bernoulli",
+    bayesian_decoder: bool = False,
+    seed: int = 0,
+):
     """The VAE's generative model as a ``@bdl.model`` of the images ``X`` (n, 1, size, size)."""
     if likelihood not in LIKELIHOODS:
         raise ConfigError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
@@ -140,19 +173,35 @@ def vae_model(decoder: nn.Module, latent_dim: int, likelihood: str = "bernoulli"
     return vae
 
 
-def fit_vae(backend: str = "numpyro", n: int = 1000, size: int = 16, latent_dim: int = 4,
-            likelihood: str = "bernoulli", architecture: str = "dense", hidden: int = 256,
-            bayesian_decoder: bool = False, num_steps: int = 2000, seed: int = 0,
-            **options: Any):  # fmt: skip
+def fit_vae(
+    backend: str = "numpyro",
+    n: int = 1000,
+    size: int = 16,
+    latent_dim: int = 4,
+    likelihood: str = "bernoulli",
+    architecture: str = "dense",
+    hidden: int = 256,
+    bayesian_decoder: bool = False,
+    num_steps: int = 2000,
+    seed: int = 0,
+    **options: Any,
+):
     """(the posterior, the images X) of a VAE fitted to ``n`` stroke images; ``options`` go to
     ``bdl.fit`` over :data:`SETTINGS` (``objective="iwae"``, ``num_particles=5``, ``lr=...``)."""
     X = stroke_images(n, size, likelihood, seed)
     encoder, decoder = networks(architecture, size, latent_dim, hidden)
     model = vae_model(decoder, latent_dim, likelihood, bayesian_decoder, seed)
     settings = {**SETTINGS, **options}
-    post = bdl.fit(model(X), backend=backend, method="vi", num_steps=num_steps, seed=seed,
-                   guide=guides.Amortized(encoder, sites=["z"]), progress=False,
-                   **settings)  # fmt: skip
+    post = bdl.fit(
+        model(X),
+        backend=backend,
+        method="vi",
+        num_steps=num_steps,
+        seed=seed,
+        guide=guides.Amortized(encoder, sites=["z"]),
+        progress=False,
+        **settings,
+    )
     return post, X
 
 
@@ -171,12 +220,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--held-out", type=int, default=500, help="held-out images scored")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    post, X = fit_vae(args.backend, n=args.n, size=args.size, latent_dim=args.latent_dim,
-                      likelihood=args.likelihood, architecture=args.architecture,
-                      hidden=args.hidden, num_steps=args.steps, objective=args.objective,
-                      num_particles=args.num_particles)  # fmt: skip
-    print(f"fitted in {time.perf_counter() - start:.1f} s; last losses / point: "
-          f"{np.mean(post.losses[-100:]) / args.n:.2f} nats")  # fmt: skip
+    post, X = fit_vae(
+        args.backend,
+        n=args.n,
+        size=args.size,
+        latent_dim=args.latent_dim,
+        likelihood=args.likelihood,
+        architecture=args.architecture,
+        hidden=args.hidden,
+        num_steps=args.steps,
+        objective=args.objective,
+        num_particles=args.num_particles,
+    )
+    print(
+        f"fitted in {time.perf_counter() - start:.1f} s; last losses / point: "
+        f"{np.mean(post.losses[-100:]) / args.n:.2f} nats"
+    )
     test = stroke_images(args.held_out, args.size, args.likelihood, seed=1)
     for K in (1, 10, 100):
         bound = post.log_marginal(test, num_particles=K)

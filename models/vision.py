@@ -50,7 +50,9 @@ def make_classifier(net: nn.Module) -> bdl.Model:
     <ppl_bdl.Model mlp>
     """
     if not isinstance(net, nn.Module):
-        raise ModelError(f"make_classifier expects a ppl_bdl.dsl.nn network, got {type(net).__name__}.")
+        raise ModelError(
+            f"make_classifier expects a ppl_bdl.dsl.nn network, got {type(net).__name__}."
+        )
 
     def classifier(X, y=None):
         f = net.sample()  # global weights, outside the plate

@@ -352,8 +352,9 @@ class Devices(Protocol):
         of devices, or a kind with a star, ``"cuda:*"``: spread as ``shard`` says)."""
         ...
 
-    def place(self, tree: PyTree, chain_axis: int | None = None,
-              batch_axis: int | None = None) -> PyTree:  # fmt: skip
+    def place(
+        self, tree: PyTree, chain_axis: int | None = None, batch_axis: int | None = None
+    ) -> PyTree:
         """``tree``'s arrays placed for a compiled loop on the fit's devices: split along
         ``chain_axis`` when chains are split, along ``batch_axis`` (minibatch indices) when the
         data is, replicated on every device otherwise. On one device: the arrays as they are."""

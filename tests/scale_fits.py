@@ -60,7 +60,7 @@ FITS = {
     # a chain that fails on a split run: the step and chain named as on one device
     "cliff": dict(
         method="sgld", step_size=0.05, num_warmup=0, num_samples=400, num_chains=6, init={"x": -0.5}
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -75,8 +75,9 @@ def run(names, device=None, shard=None, backend="numpyro") -> dict[str, np.ndarr
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # short runs: the convergence checks complain
             try:
-                post = bdl.fit(bound, backend=backend, device=device, shard=split,
-                               progress=False, **options)  # fmt: skip
+                post = bdl.fit(
+                    bound, backend=backend, device=device, shard=split, progress=False, **options
+                )
             except bdl.InferenceError as err:
                 out[f"{name}/error"] = np.asarray(str(err))
                 if err.partial is not None:

@@ -56,8 +56,16 @@ def fixed_fit(request):
     """The encoder of pPCA fitted for 3000 steps (B = 100, 4 particles, cosine lr), read at the
     last step (where the decayed lr has stilled Adam's noise)."""
     setup = prepare(ppca_fixed(X), request.param, "float64", 0)
-    run = VIRun(setup, 0, guide=guides.Amortized(_encoder(), sites=["z"]), num_steps=3000,
-                lr=0.02, schedule="cosine", batch_size=100, num_particles=4)  # fmt: skip
+    run = VIRun(
+        setup,
+        0,
+        guide=guides.Amortized(_encoder(), sites=["z"]),
+        num_steps=3000,
+        lr=0.02,
+        schedule="cosine",
+        batch_size=100,
+        num_particles=4,
+    )
     losses, failure = run.steps(3000)
     assert failure is None
     return run, losses
@@ -138,9 +146,19 @@ def test_ppca_fitted_decoder_encoder_and_log_marginal(backend):
     and log_marginal(X, 1000) is the closed form. (A diagonal q makes the ELBO pick W with
     orthogonal columns, where the exact posterior is diagonal.)"""
     Xc = X - MU  # centred inputs: the encoder's x-dependent scale converges in time
-    post = bdl.fit(ppca(Xc), backend=backend, method="vi", num_steps=6000, lr=0.03,
-                   schedule="cosine", num_particles=8, precision="float64", num_samples=5,
-                   guide=guides.Amortized(_encoder(), sites=["z"]), progress=False)  # fmt: skip
+    post = bdl.fit(
+        ppca(Xc),
+        backend=backend,
+        method="vi",
+        num_steps=6000,
+        lr=0.03,
+        schedule="cosine",
+        num_particles=8,
+        precision="float64",
+        num_samples=5,
+        guide=guides.Amortized(_encoder(), sites=["z"]),
+        progress=False,
+    )
     Wf, muf, sf = post.params["W"], post.params["mu"], float(post.params["sigma"])
     # sigma^2 is the maximum-likelihood one: the mean of the discarded eigenvalues of the
     # sample covariance (Tipping & Bishop 1999, Eq. 8).
@@ -192,12 +210,24 @@ def test_a_lifted_module_is_an_encoder(backend):
     loc, scale = VIRun(setup, 0, guide=lifted, num_steps=1).fitted_guide().encode(X)["z"]
     np.testing.assert_allclose(loc, exact_loc, atol=1e-5 * sd.min())  # float32 module values
     np.testing.assert_allclose(scale, np.broadcast_to(sd, scale.shape), rtol=1e-5)
-    post = bdl.fit(ppca_fixed(X), backend=backend, method="vi", num_steps=400, lr=0.02,
-                   batch_size=100, num_samples=2, precision="float64", progress=False,
-                   guide=guides.Amortized(_lifted_encoder(backend), sites=["z"]))  # fmt: skip
+    post = bdl.fit(
+        ppca_fixed(X),
+        backend=backend,
+        method="vi",
+        num_steps=400,
+        lr=0.02,
+        batch_size=100,
+        num_samples=2,
+        precision="float64",
+        progress=False,
+        guide=guides.Amortized(_lifted_encoder(backend), sites=["z"]),
+    )
     assert post.losses[-50:].mean() < post.losses[:20].mean() - 100.0
-    start = VIRun(setup, 0, guide=guides.Amortized(_lifted_encoder(backend), sites=["z"]),
-                  num_steps=1).fitted_guide().encode(X)["z"][0]  # fmt: skip
+    start = (
+        VIRun(setup, 0, guide=guides.Amortized(_lifted_encoder(backend), sites=["z"]), num_steps=1)
+        .fitted_guide()
+        .encode(X)["z"][0]
+    )
     fitted = post.encode(X)["z"][0]
     assert np.abs(fitted - exact_loc).mean() < 0.5 * np.abs(start - exact_loc).mean()
 
@@ -212,18 +242,34 @@ def ppca_bayes(X):
         bdl.sample("x", dist.Normal(z @ W_.T + MU, SIGMA), obs=X[idx], shape=(D,))
 
 
-@pytest.mark.parametrize("backend, objective", [
-    ("numpyro", "elbo"), ("pyro", "elbo"), ("pyro", "iwae"), ("pyro", "renyi"),
-    pytest.param("numpyro", "iwae", marks=pytest.mark.slow),  # ~10 s each: compilation
-    pytest.param("numpyro", "renyi", marks=pytest.mark.slow),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "backend, objective",
+    [
+        ("numpyro", "elbo"),
+        ("pyro", "elbo"),
+        ("pyro", "iwae"),
+        ("pyro", "renyi"),
+        pytest.param("numpyro", "iwae", marks=pytest.mark.slow),  # ~10 s each: compilation
+        pytest.param("numpyro", "renyi", marks=pytest.mark.slow),
+    ],
+)
 def test_global_guide_with_every_objective(backend, objective):
     extra = {"alpha": 0.5} if objective == "renyi" else {}
-    post = bdl.fit(ppca_bayes(X), backend=backend, method="vi", num_steps=300, batch_size=50,
-                   objective=objective, num_particles=3, init_scale=0.1, num_samples=20,
-                   precision="float64",
-                   guide=guides.Amortized(_encoder(), sites=["z"]), progress=False,
-                   **extra)  # fmt: skip
+    post = bdl.fit(
+        ppca_bayes(X),
+        backend=backend,
+        method="vi",
+        num_steps=300,
+        batch_size=50,
+        objective=objective,
+        num_particles=3,
+        init_scale=0.1,
+        num_samples=20,
+        precision="float64",
+        guide=guides.Amortized(_encoder(), sites=["z"]),
+        progress=False,
+        **extra,
+    )
     assert np.isfinite(post.losses).all()
     assert post.losses[-50:].mean() < post.losses[:50].mean()
     assert post.samples["W"].shape == (1, 20, D, K)
@@ -242,10 +288,16 @@ def test_global_guide_with_every_objective(backend, objective):
 
 
 def test_delta_global_guide_is_map(backend):
-    post = bdl.fit(ppca_bayes(X), backend=backend, method="vi", num_steps=200, num_samples=4,
-                   precision="float64",
-                   guide=guides.Amortized(_encoder(), sites=["z"], global_guide="delta"),
-                   progress=False)  # fmt: skip
+    post = bdl.fit(
+        ppca_bayes(X),
+        backend=backend,
+        method="vi",
+        num_steps=200,
+        num_samples=4,
+        precision="float64",
+        guide=guides.Amortized(_encoder(), sites=["z"], global_guide="delta"),
+        progress=False,
+    )
     W_draws = post.samples["W"][0]
     assert np.allclose(W_draws, W_draws[0])  # a point mass
 
@@ -260,8 +312,17 @@ def two_locals(X):
 
 
 def _fit(model, guide, **kw):
-    return bdl.fit(model, backend="pyro", method="vi", guide=guide, num_steps=5,
-                   num_samples=2, progress=False, precision="float64", **kw)  # fmt: skip
+    return bdl.fit(
+        model,
+        backend="pyro",
+        method="vi",
+        guide=guide,
+        num_steps=5,
+        num_samples=2,
+        progress=False,
+        precision="float64",
+        **kw,
+    )
 
 
 def test_errors_name_what_is_wrong():

@@ -84,14 +84,16 @@ Y_NG = np.random.default_rng(3).normal(2.0, 0.7, size=40)
 def test_normal_normal_is_the_exact_posterior_and_the_elbo_the_evidence(backend):
     X, y = regression.make_regression_data(n=30, d=3, seed=1)
     noise, prior = 0.4, 1.5
-    post = bdl.fit(regression.linear_regression_known_noise(X, y, noise, prior),
-                   backend=backend, **F64)  # fmt: skip
+    post = bdl.fit(
+        regression.linear_regression_known_noise(X, y, noise, prior), backend=backend, **F64
+    )
     mean, cov = regression.conjugate_posterior(X, y, noise, prior)
     q = post.guide.params["w"]
     np.testing.assert_allclose(q["loc"], mean, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(q["covariance"], cov, rtol=1e-9, atol=1e-14)
-    evidence = stats.multivariate_normal(np.zeros(len(y)), noise**2 * np.eye(len(y))
-                                         + prior**2 * X @ X.T).logpdf(y)  # fmt: skip
+    evidence = stats.multivariate_normal(
+        np.zeros(len(y)), noise**2 * np.eye(len(y)) + prior**2 * X @ X.T
+    ).logpdf(y)
     assert -post.losses[-1] == pytest.approx(evidence, rel=1e-9)
     assert post.settings["converged"] and post.samples["w"].shape == (1, 200, 3)
 
@@ -104,8 +106,9 @@ def _bishop_fixed_point(x):
     a_n, e_tau = A0 + (n + 1) / 2, A0 / B0
     for _ in range(200):
         lam_n = (LAMBDA0 + n) * e_tau
-        b_n = B0 + 0.5 * (np.sum((x - mu_n) ** 2) + n / lam_n
-                          + LAMBDA0 * ((mu_n - MU0) ** 2 + 1 / lam_n))  # fmt: skip
+        b_n = B0 + 0.5 * (
+            np.sum((x - mu_n) ** 2) + n / lam_n + LAMBDA0 * ((mu_n - MU0) ** 2 + 1 / lam_n)
+        )
         e_tau = a_n / b_n
     return mu_n, (LAMBDA0 + n) * e_tau, a_n, b_n
 
@@ -134,8 +137,10 @@ def test_normal_gamma_reaches_bishops_fixed_point_and_the_exact_moments(backend)
 
 
 def test_independent_priors_reach_their_coordinate_equations_and_a_variance_fits_alike(backend):
-    posts = [bdl.fit(independent_priors(Y_NG, variance), backend=backend, **F64)
-             for variance in (False, True)]  # fmt: skip
+    posts = [
+        bdl.fit(independent_priors(Y_NG, variance), backend=backend, **F64)
+        for variance in (False, True)
+    ]
     n, e_tau = len(Y_NG), A0 / B0
     for _ in range(500):  # q(μ) = N(m, 1/λ), q(τ) = Gamma(A, B), in turn
         lam = 1 / 9 + n * e_tau
@@ -152,8 +157,9 @@ def test_independent_priors_reach_their_coordinate_equations_and_a_variance_fits
     # The ELBO is invariant under v = 1/τ (KL(q || p) is; log p(y) is the same)
     assert posts[0].losses[-1] == pytest.approx(posts[1].losses[-1], rel=1e-9)
     draws = posts[1].samples["v"].ravel()
-    assert np.mean(draws) == pytest.approx(B / (A - 1), rel=4 * np.std(draws) / np.mean(draws)
-                                           / np.sqrt(draws.size))  # fmt: skip
+    assert np.mean(draws) == pytest.approx(
+        B / (A - 1), rel=4 * np.std(draws) / np.mean(draws) / np.sqrt(draws.size)
+    )
 
 
 # -- Dirichlet-Categorical ------------------------------------------------------------------
@@ -174,8 +180,9 @@ def test_dirichlet_categorical_is_exact(backend):
 
     np.testing.assert_allclose(post.guide.params["pi"]["concentration"], alpha)
     assert post.diagnostics.kinds() == []  # the importance weights are all equal: q is exact
-    assert -post.losses[-1] == pytest.approx(log_beta(alpha) - log_beta(alpha - np.bincount(
-        y, minlength=3)), rel=1e-9)  # fmt: skip
+    assert -post.losses[-1] == pytest.approx(
+        log_beta(alpha) - log_beta(alpha - np.bincount(y, minlength=3)), rel=1e-9
+    )
 
 
 # -- the thesis's Gaussian mixture ----------------------------------------------------------
@@ -235,10 +242,12 @@ def test_gmm_converges_monotonically_and_its_elbo_is_the_monte_carlo_one(backend
         + np.log(w[rows, z]).sum(1)
         + stats.norm(locs[rows, z], prec[rows, z] ** -0.5).logpdf(y).sum(1)
     )
-    log_q = (stats.dirichlet(q["weights"]["concentration"]).logpdf(w.T)
-             + stats.norm(q["locs"]["loc"], q["locs"]["scale"]).logpdf(locs).sum(1)
-             + stats.gamma(q["prec"]["concentration"], scale=1 / q["prec"]["rate"]).logpdf(
-                 prec).sum(1) + np.log(q["z"]["probs"][np.arange(len(y)), z]).sum(1))  # fmt: skip
+    log_q = (
+        stats.dirichlet(q["weights"]["concentration"]).logpdf(w.T)
+        + stats.norm(q["locs"]["loc"], q["locs"]["scale"]).logpdf(locs).sum(1)
+        + stats.gamma(q["prec"]["concentration"], scale=1 / q["prec"]["rate"]).logpdf(prec).sum(1)
+        + np.log(q["z"]["probs"][np.arange(len(y)), z]).sum(1)
+    )
     mc = log_p - log_q
     assert abs(mc.mean() - elbo[-1]) < 4 * mc.std() / np.sqrt(s) + 1e-9
     assert post.samples["z"].shape == (1, 200, 200) and post.samples["z"].dtype.kind == "i"
@@ -248,8 +257,17 @@ def test_gmm_converges_monotonically_and_its_elbo_is_the_monte_carlo_one(backend
 @pytest.mark.slow  # 4,000 VI steps with z summed out: ~10 s on NumPyro, minutes on Pyro
 def test_gmm_reaches_the_optimum_of_the_gradient_meanfield_fit(backend, gmm_fits):
     cavi = gmm_fits(backend).guide.params["locs"]
-    vi = bdl.fit(thesis_gmm(thesis_data()), backend=backend, method="vi", guide="meanfield",
-                 num_steps=4000, lr=0.03, schedule="cosine", progress=False, num_samples=10)  # fmt: skip
+    vi = bdl.fit(
+        thesis_gmm(thesis_data()),
+        backend=backend,
+        method="vi",
+        guide="meanfield",
+        num_steps=4000,
+        lr=0.03,
+        schedule="cosine",
+        progress=False,
+        num_samples=10,
+    )
     slot = next(s for s in vi.guide.guide.layout.slots if s.name == "locs")
     vi_loc, vi_scale = (vi.guide.params[k][slot.offset : slot.offset + 2] for k in ("loc", "scale"))
     c, v = np.argsort(cavi["loc"]), np.argsort(vi_loc)
@@ -262,7 +280,9 @@ def test_gmm_reaches_the_optimum_of_the_gradient_meanfield_fit(backend, gmm_fits
     np.testing.assert_allclose(vi_scale[v], cavi["scale"][c], rtol=0.10)
 
 
-@pytest.mark.filterwarnings("ignore::ppl_bdl.posterior.diagnostics.ConvergenceWarning")  # k̂ ~0.7 here
+@pytest.mark.filterwarnings(
+    "ignore::ppl_bdl.posterior.diagnostics.ConvergenceWarning"
+)  # k̂ ~0.7 here
 def test_restarts_keep_the_best_start():
     bimodal = np.concatenate([np.random.default_rng(1).normal(m, 1.0, 300) for m in (-2, 1, 3)])
     post = bdl.fit(thesis_gmm(bimodal, 3), backend="numpyro", restarts=3, **F64)
@@ -312,18 +332,28 @@ def with_factor(y):
 @pytest.mark.parametrize(
     "bound,pattern",
     [
-        (mixture.gaussian_mixture(np.array([-1.0, 1.0, 2.0]), np.array([-1.0, 1.0])),
-         r"latent site 'scale' has a HalfNormal distribution.*Gamma precision.*method='vi'"),
-        (regression.logistic_regression(np.ones((3, 2)), np.array([0, 1, 1])),
-         r"latent site 'b' is not conjugate: it enters the Bernoulli site 'y' through its "
-         r"'logits'.*method='nuts'"),
-        (exp_mean(np.array(0.5)), r"latent site 'mu' is not conjugate: site 'y''s loc is not "
-         r"affine in \['mu'\]"),
-        (normal_scale(np.array(0.5)), r"latent site 'log_s' is not conjugate: it enters site "
-         r"'y' through its 'scale' \(a Normal latent there\)"),
+        (
+            mixture.gaussian_mixture(np.array([-1.0, 1.0, 2.0]), np.array([-1.0, 1.0])),
+            r"latent site 'scale' has a HalfNormal distribution.*Gamma precision.*method='vi'",
+        ),
+        (
+            regression.logistic_regression(np.ones((3, 2)), np.array([0, 1, 1])),
+            r"latent site 'b' is not conjugate: it enters the Bernoulli site 'y' through its "
+            r"'logits'.*method='nuts'",
+        ),
+        (
+            exp_mean(np.array(0.5)),
+            r"latent site 'mu' is not conjugate: site 'y''s loc is not "
+            r"affine in \['mu'\]",
+        ),
+        (
+            normal_scale(np.array(0.5)),
+            r"latent site 'log_s' is not conjugate: it enters site "
+            r"'y' through its 'scale' \(a Normal latent there\)",
+        ),
         (with_factor(np.array(0.5)), r"bdl.factor site 'penalty'"),
     ],
-)  # fmt: skip
+)
 def test_a_model_that_is_not_conjugate_is_refused_naming_the_site(bound, pattern):
     with pytest.raises(ConfigError, match=pattern):
         bdl.fit(bound, backend="numpyro", method="cavi", progress=False)

@@ -75,9 +75,18 @@ def test_fit_writes_netcdf(tmp_path, backend, capsys):
     np.savez(tmp_path / "d.npz", X=X, y=y)
     out = tmp_path / "post.nc"
     code = cli.main(
-        ["fit", "ppl_bdl.models.regression:linear_regression", "--data", str(tmp_path / "d.npz"),
-         "--backend", backend, *FIT_SMALL, "--out", str(out)]
-    )  # fmt: skip
+        [
+            "fit",
+            "ppl_bdl.models.regression:linear_regression",
+            "--data",
+            str(tmp_path / "d.npz"),
+            "--backend",
+            backend,
+            *FIT_SMALL,
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "r_hat" in printed and "w[0]" in printed
@@ -97,9 +106,18 @@ def test_fit_model_from_a_file(tmp_path, capsys):
     (tmp_path / "d.json").write_text(json.dumps({"y": [0.9, 1.1, 1.3]}))
     backend = bdl.backends.available()[0]
     code = cli.main(
-        ["fit", f"{tmp_path / 'my_model.py'}:mean_model", "--data", str(tmp_path / "d.json"),
-         "--backend", backend, *FIT_SMALL, "--out", str(tmp_path / "m.nc")]
-    )  # fmt: skip
+        [
+            "fit",
+            f"{tmp_path / 'my_model.py'}:mean_model",
+            "--data",
+            str(tmp_path / "d.json"),
+            "--backend",
+            backend,
+            *FIT_SMALL,
+            "--out",
+            str(tmp_path / "m.nc"),
+        ]
+    )
     assert code == 0 and (tmp_path / "m.nc").is_file()
 
 
@@ -203,9 +221,11 @@ class FakeFit:
         if kwargs["strict"] and self.findings:
             raise ConvergenceError("checks failed", findings=self.findings)
         return SimpleNamespace(
-            summary=lambda: "SUMMARY", sample_stats={}, diagnostics=self.findings,
+            summary=lambda: "SUMMARY",
+            sample_stats={},
+            diagnostics=self.findings,
             save=lambda path: Path(path).write_text("netcdf"),
-        )  # fmt: skip
+        )
 
 
 @pytest.fixture
@@ -223,8 +243,10 @@ def test_the_issues_command_runs_as_written(tmp_path, monkeypatch, fake_fit, cap
     X, y = make_regression_data(n=10, d=1)
     np.savez(tmp_path / "d.npz", X=X, y=y)
     (tmp_path / "fit.nc").write_text("an earlier fit")
-    argv = ("fit mymodels.py:bnn --data d.npz --method vi --num-steps 20000 --guide flow "
-            "--out fit.nc --force").split()  # fmt: skip
+    argv = (
+        "fit mymodels.py:bnn --data d.npz --method vi --num-steps 20000 --guide flow "
+        "--out fit.nc --force"
+    ).split()
     assert cli.main(argv) == 0
     (call,) = fake_fit.calls
     assert call["method"] == "vi" and call["num_steps"] == 20000 and call["guide"] == "flow"
@@ -237,23 +259,95 @@ def test_the_issues_command_runs_as_written(tmp_path, monkeypatch, fake_fit, cap
 @pytest.mark.parametrize(
     "flags, expected",
     [
-        (["--method", "vi", "--lr", "0.001", "--schedule", "cosine", "--batch-size", "8",
-          "--objective", "iwae", "--num-particles", "4", "--init", "prior", "--no-progress"],
-         dict(lr=0.001, schedule="cosine", batch_size=8, objective="iwae", num_particles=4,
-              init_loc="prior", progress=False)),
-        (["--method", "sgld", "--step-size", "1e-4", "--batch-size", "5", "--schedule",
-          "polynomial", "--thinning", "2", "--init", '{"sigma": 1.0}', "--progress",
-          "--option", "temperature=0.5", "--strict"],
-         dict(step_size=1e-4, batch_size=5, schedule="polynomial", thinning=2,
-              init={"sigma": 1.0}, progress=True, temperature=0.5, strict=True)),
-        (["--method", "nuts", "--target-accept", "0.9", "--max-tree-depth", "6", "--dense-mass",
-          "--num-warmup", "50", "--num-chains", "2", "--option", "chain_method=vectorized"],
-         dict(target_accept=0.9, max_tree_depth=6, dense_mass=True, num_warmup=50, num_chains=2,
-              chain_method="vectorized")),
-        (["--method", "hmc", "--num-steps", "7", "--step-size", "0.1"],
-         dict(num_steps=7, step_size=0.1)),
+        (
+            [
+                "--method",
+                "vi",
+                "--lr",
+                "0.001",
+                "--schedule",
+                "cosine",
+                "--batch-size",
+                "8",
+                "--objective",
+                "iwae",
+                "--num-particles",
+                "4",
+                "--init",
+                "prior",
+                "--no-progress",
+            ],
+            dict(
+                lr=0.001,
+                schedule="cosine",
+                batch_size=8,
+                objective="iwae",
+                num_particles=4,
+                init_loc="prior",
+                progress=False,
+            ),
+        ),
+        (
+            [
+                "--method",
+                "sgld",
+                "--step-size",
+                "1e-4",
+                "--batch-size",
+                "5",
+                "--schedule",
+                "polynomial",
+                "--thinning",
+                "2",
+                "--init",
+                '{"sigma": 1.0}',
+                "--progress",
+                "--option",
+                "temperature=0.5",
+                "--strict",
+            ],
+            dict(
+                step_size=1e-4,
+                batch_size=5,
+                schedule="polynomial",
+                thinning=2,
+                init={"sigma": 1.0},
+                progress=True,
+                temperature=0.5,
+                strict=True,
+            ),
+        ),
+        (
+            [
+                "--method",
+                "nuts",
+                "--target-accept",
+                "0.9",
+                "--max-tree-depth",
+                "6",
+                "--dense-mass",
+                "--num-warmup",
+                "50",
+                "--num-chains",
+                "2",
+                "--option",
+                "chain_method=vectorized",
+            ],
+            dict(
+                target_accept=0.9,
+                max_tree_depth=6,
+                dense_mass=True,
+                num_warmup=50,
+                num_chains=2,
+                chain_method="vectorized",
+            ),
+        ),
+        (
+            ["--method", "hmc", "--num-steps", "7", "--step-size", "0.1"],
+            dict(num_steps=7, step_size=0.1),
+        ),
     ],
-)  # fmt: skip
+)
 def test_flags_reach_fit(tmp_path, fake_fit, flags, expected):
     out = tmp_path / "post.nc"
     assert cli.main(["fit", LINEAR, "--data", str(EXAMPLE_CSV), *flags, "--out", str(out)]) == 0
@@ -309,9 +403,24 @@ def test_a_short_sgld_run_warns_and_strict_fails(tmp_path, backend, monkeypatch,
     # The issue's run: too few SG-MCMC steps exited 0 without a word. On a terminal (faked) the
     # progress bar is on without --progress.
     monkeypatch.delenv("CI", raising=False)
-    args = ["fit", LINEAR, "--data", str(EXAMPLE_CSV), "--backend", backend, "--method", "sgld",
-            "--num-warmup", "10", "--num-samples", "20", "--num-chains", "2",
-            "--step-size", "1e-6"]  # fmt: skip
+    args = [
+        "fit",
+        LINEAR,
+        "--data",
+        str(EXAMPLE_CSV),
+        "--backend",
+        backend,
+        "--method",
+        "sgld",
+        "--num-warmup",
+        "10",
+        "--num-samples",
+        "20",
+        "--num-chains",
+        "2",
+        "--step-size",
+        "1e-6",
+    ]
     capsys.readouterr()
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert cli.main([*args, "--out", str(tmp_path / "post.nc")]) == 0
@@ -351,8 +460,13 @@ def test_demo_quick_writes_results(tmp_path, capsys):
     assert cli.main(["demo", "--quick", "--backends", backend, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "RMSE" in printed and "R-hat" in printed and str(out) in printed
-    for name in ("bnn_regression.nc", "eight_schools.nc", "eight_schools_trace.png",
-                 "eight_schools_forest.png", "bnn_predictive.png"):  # fmt: skip
+    for name in (
+        "bnn_regression.nc",
+        "eight_schools.nc",
+        "eight_schools_trace.png",
+        "eight_schools_forest.png",
+        "bnn_predictive.png",
+    ):
         assert (out / f"{backend}_{name}").stat().st_size > 0, name
     post = bdl.load(out / f"{backend}_eight_schools.nc")
     assert post.samples["theta"].shape[-1] == 8

@@ -83,10 +83,12 @@ def _check(backend: str, name: str, method: str, quick: bool) -> None:
 #: (the native sampler, an SG-MCMC kernel, a guide); every method under -m slow.
 THIRD_BY_DEFAULT = {"nuts", "sghmc", "vi-meanfield", "ensemble"}
 QUICK_GRID = [
-    (b, m) if b != "jaxdelegate" or m in THIRD_BY_DEFAULT
+    (b, m)
+    if b != "jaxdelegate" or m in THIRD_BY_DEFAULT
     else pytest.param(b, m, marks=pytest.mark.slow)
-    for b in BACKENDS for m in METHODS
-]  # fmt: skip
+    for b in BACKENDS
+    for m in METHODS
+]
 
 
 @pytest.mark.parametrize(("backend", "method"), QUICK_GRID)

@@ -42,8 +42,13 @@ def test_nuts_matches_closed_form_posterior(backend):
     mean, cov = conjugate_posterior(X, y, NOISE, PRIOR_SCALE)
     post = bdl.fit(
         linear_regression_known_noise(X, y, noise=NOISE, prior_scale=PRIOR_SCALE),
-        backend=backend, num_warmup=500, num_samples=1000, num_chains=2, seed=3, progress=False,
-    )  # fmt: skip
+        backend=backend,
+        num_warmup=500,
+        num_samples=1000,
+        num_chains=2,
+        seed=3,
+        progress=False,
+    )
     w = post.samples["w"].astype(np.float64)  # (chain, draw, 3)
     report = []
     for i in range(3):

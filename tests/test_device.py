@@ -36,8 +36,15 @@ def test_cpu_device_everywhere(backend, method):
         "sgld": dict(num_warmup=20, step_size=1e-3, batch_size=10),
         "vi": dict(num_steps=50),
     }[method]
-    post = bdl.fit(mean_model(Y), backend=backend, method=method, device="cpu", num_samples=20,
-                   progress=False, **options)  # fmt: skip
+    post = bdl.fit(
+        mean_model(Y),
+        backend=backend,
+        method=method,
+        device="cpu",
+        num_samples=20,
+        progress=False,
+        **options,
+    )
     assert isinstance(post.samples["mu"], np.ndarray)
     pred = post.predict(mean_model(Y[:5]), device="cpu")
     assert isinstance(pred.mean, np.ndarray) and pred.mean.shape == (5,)
@@ -48,8 +55,14 @@ def test_a_device_that_is_not_there_is_a_clear_error(backend, device):
     if device == "cuda:7" and _has_cuda(backend):
         pytest.skip("this machine has CUDA devices; cuda:7 may exist")
     with pytest.raises(bdl.BackendError, match=device.split(":")[0]) as info:
-        bdl.fit(mean_model(Y), backend=backend, device=device, num_warmup=5, num_samples=5,
-                progress=False)  # fmt: skip
+        bdl.fit(
+            mean_model(Y),
+            backend=backend,
+            device=device,
+            num_warmup=5,
+            num_samples=5,
+            progress=False,
+        )
     assert "cpu" in str(info.value)  # it lists the devices there are
 
 
@@ -86,10 +99,12 @@ def test_data_and_steps_live_on_the_named_jax_device():
         print(be.device, [d.id for d in y.devices()], post.samples["mu"].shape)
         """
     )
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               JAX_PLATFORMS="cpu")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         check=True).stdout.split()  # fmt: skip
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
     assert out[:2] == ["cpu:1", "[1]"], out
 
 
@@ -98,10 +113,21 @@ def test_data_and_steps_live_on_the_named_jax_device():
 def test_fit_on_cuda(backend, method):
     if not _has_cuda(backend):
         pytest.skip(f"no CUDA device for the {backend} backend here")
-    options = {"vi": dict(num_steps=100), "sgld": dict(step_size=1e-3, batch_size=10),
-               "sghmc": dict(step_size=1e-3, batch_size=10)}.get(method, {})  # fmt: skip
-    post = bdl.fit(mean_model(Y), backend=backend, method=method, device="cuda", num_warmup=50,
-                   num_samples=50, progress=False, **options)  # fmt: skip
+    options = {
+        "vi": dict(num_steps=100),
+        "sgld": dict(step_size=1e-3, batch_size=10),
+        "sghmc": dict(step_size=1e-3, batch_size=10),
+    }.get(method, {})
+    post = bdl.fit(
+        mean_model(Y),
+        backend=backend,
+        method=method,
+        device="cuda",
+        num_warmup=50,
+        num_samples=50,
+        progress=False,
+        **options,
+    )
     assert abs(post.samples["mu"].mean() - Y.mean()) < 0.6
     assert post.predict(mean_model(Y[:5]), device="cuda").mean.shape == (5,)
 

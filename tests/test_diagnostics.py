@@ -76,8 +76,11 @@ def test_sampler_findings_divergences_tree_depth_and_acceptance():
     assert kinds == ["divergences", "tree_depth", "acceptance"]
     assert found[0].value == 2 and found[1].value == pytest.approx(2 / 3)
     assert "max_tree_depth=10" in found[1].message and "sghmc" in found[1].message
-    clean = {"diverging": np.zeros((1, 3), bool), "tree_depth": np.array([[3, 4, 3]]),
-             "acceptance_rate": np.array([[0.8, 0.85, 0.75]])}  # fmt: skip
+    clean = {
+        "diverging": np.zeros((1, 3), bool),
+        "tree_depth": np.array([[3, 4, 3]]),
+        "acceptance_rate": np.array([[0.8, 0.85, 0.75]]),
+    }
     assert sampler_findings(clean, "nuts", {}) == []
 
 
@@ -90,8 +93,9 @@ def test_vi_loss_curves():
     assert [f.kind for f in vi_findings(still_falling, {})] == ["vi_not_flat"]
     rose = 100 + 50 * np.exp(-steps / 100) + np.maximum(steps - 1500, 0) * 0.2
     assert "vi_above_minimum" in [f.kind for f in vi_findings(rose + rng.normal(0, 1, 2000), {})]
-    stopped = vi_findings(converged, {"stop_reason": "diverging", "stopped_at": 700,
-                                      "best_step": 650})  # fmt: skip
+    stopped = vi_findings(
+        converged, {"stop_reason": "diverging", "stopped_at": 700, "best_step": 650}
+    )
     assert [f.kind for f in stopped] == ["vi_diverged"] and "step 650" in stopped[0].message
     # A run to convergence (num_steps=None) that reached its cap first says so, and what to try;
     # a run of a given num_steps, or one that converged, does not.
@@ -120,8 +124,14 @@ def _data():
 def test_a_short_sgld_run_warns_and_strict_raises(backend):
     """The CLI's SGLD run of the issue: far too short to mix, it warned about nothing."""
     X, y = _data()
-    settings = dict(backend=backend, method="sgld", num_warmup=10, num_samples=20,
-                    step_size=1e-6, progress=False)  # fmt: skip
+    settings = dict(
+        backend=backend,
+        method="sgld",
+        num_warmup=10,
+        num_samples=20,
+        step_size=1e-6,
+        progress=False,
+    )
     with pytest.warns(ConvergenceWarning, match=r"R-hat .* > 1.01 at .*w") as caught:
         post = bdl.fit(linear_regression(X, y), **settings)
     assert len([w for w in caught if w.category is ConvergenceWarning]) == 1  # one report
@@ -141,18 +151,35 @@ def test_nuts_at_its_maximum_tree_depth_warns(backend):
         bdl.sample("x", dist.Normal(0.0, np.geomspace(0.01, 1.0, 20)))
 
     with pytest.warns(ConvergenceWarning, match="maximum tree depth"):
-        post = bdl.fit(ill_conditioned(), backend=backend, num_warmup=100, num_samples=50,
-                       num_chains=1, max_tree_depth=2, progress=False)  # fmt: skip
+        post = bdl.fit(
+            ill_conditioned(),
+            backend=backend,
+            num_warmup=100,
+            num_samples=50,
+            num_chains=1,
+            max_tree_depth=2,
+            progress=False,
+        )
     assert "tree_depth" in post.diagnostics.kinds()
 
 
 @pytest.mark.slow  # NUTS at depth 10 on a 61-weight network: ~1 minute on a 2-core CPU
-@pytest.mark.parametrize("backend", [
-    "numpyro",
-    pytest.param("pyro", marks=pytest.mark.skip(reason=(
-        "Pyro's NUTS takes ~1023 leapfrog steps per draw here at tens of ms each: many minutes "
-        "for the same check, which is the backend-neutral diagnostics code tested on NumPyro"))),
-], indirect=False)  # fmt: skip
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "numpyro",
+        pytest.param(
+            "pyro",
+            marks=pytest.mark.skip(
+                reason=(
+                    "Pyro's NUTS takes ~1023 leapfrog steps per draw here at tens of ms each: many minutes "
+                    "for the same check, which is the backend-neutral diagnostics code tested on NumPyro"
+                )
+            ),
+        ),
+    ],
+    indirect=False,
+)
 def test_nuts_on_the_shipped_sine_bnn_warns_about_its_saturated_tree_depth(backend):
     """The issue's run: NUTS on the shipped sine BNN (1-20-1) at the default max_tree_depth=10
     spends its draws at depth 10 (1023 leapfrog steps each), and now says so."""
@@ -161,8 +188,14 @@ def test_nuts_on_the_shipped_sine_bnn_warns_about_its_saturated_tree_depth(backe
 
     X, y = make_sine_data()
     with pytest.warns(ConvergenceWarning, match=r"of draws hit the maximum tree depth.*sghmc"):
-        post = bdl.fit(make_bnn_regression()(X, y), backend=backend, num_warmup=100,
-                       num_samples=20, num_chains=1, progress=False)  # fmt: skip
+        post = bdl.fit(
+            make_bnn_regression()(X, y),
+            backend=backend,
+            num_warmup=100,
+            num_samples=20,
+            num_chains=1,
+            progress=False,
+        )
     depth = np.asarray(post.sample_stats["tree_depth"])
     assert np.mean(depth >= 10) >= 0.5, depth  # measured: all 20 draws at depth 10
     finding = post.diagnostics[post.diagnostics.kinds().index("tree_depth")]
@@ -182,18 +215,38 @@ def test_a_clean_conjugate_fit_is_silent(backend):
     y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        post = bdl.fit(mean_model(y), backend=backend, num_warmup=300, num_samples=500,
-                       num_chains=2, progress=False)  # fmt: skip
-        vi = bdl.fit(mean_model(y), backend=backend, method="vi", num_steps=1500, lr=0.05,
-                     num_samples=100, progress=False)  # fmt: skip
+        post = bdl.fit(
+            mean_model(y),
+            backend=backend,
+            num_warmup=300,
+            num_samples=500,
+            num_chains=2,
+            progress=False,
+        )
+        vi = bdl.fit(
+            mean_model(y),
+            backend=backend,
+            method="vi",
+            num_steps=1500,
+            lr=0.05,
+            num_samples=100,
+            progress=False,
+        )
     assert post.diagnostics == () and vi.diagnostics == ()
 
 
 def test_a_vi_guide_far_from_its_posterior_has_a_large_khat(backend):
     """Ten steps from the prior's median leave the guide far wider than the posterior."""
     X, y = _data()
-    post = bdl.fit(linear_regression(X, y), backend=backend, method="vi", num_steps=10,
-                   num_samples=10, progress=False, strict=False)  # fmt: skip
+    post = bdl.fit(
+        linear_regression(X, y),
+        backend=backend,
+        method="vi",
+        num_steps=10,
+        num_samples=10,
+        progress=False,
+        strict=False,
+    )
     assert "psis_khat" in post.diagnostics.kinds()
 
 
@@ -203,8 +256,15 @@ def test_nuts_on_a_large_model_warns_about_cost_up_front():
         bdl.sample("w", dist.Normal(0.0, 1.0), shape=(600,))
 
     with pytest.warns(bdl.CostWarning, match="600 latent dimensions.*sghmc"):
-        bdl.fit(wide(), backend="numpyro", num_warmup=5, num_samples=5, num_chains=1,
-                max_tree_depth=2, progress=False)  # fmt: skip
+        bdl.fit(
+            wide(),
+            backend="numpyro",
+            num_warmup=5,
+            num_samples=5,
+            num_chains=1,
+            max_tree_depth=2,
+            progress=False,
+        )
 
 
 @pytest.mark.parametrize(
@@ -219,9 +279,16 @@ def test_networks_start_at_the_prior_centre_by_default(backend):
     model = make_bnn_regression(hidden=(50,))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        post = bdl.fit(model(X, np.sin(X[:, 0])), backend=backend, method="sgld",
-                       step_size=1e-12, num_warmup=0, num_samples=1, num_chains=2,
-                       progress=False)  # fmt: skip
+        post = bdl.fit(
+            model(X, np.sin(X[:, 0])),
+            backend=backend,
+            method="sgld",
+            step_size=1e-12,
+            num_warmup=0,
+            num_samples=1,
+            num_chains=2,
+            progress=False,
+        )
     # Prior N(0, 1): the median of 25 draws is off by ~0.25 and the jitter is 0.1, where the
     # old uniform start had a mean |w| of 1.
     w = post.samples["net.1.weight"][:, 0]
@@ -232,7 +299,14 @@ def test_networks_start_at_the_prior_centre_by_default(backend):
 def test_the_findings_are_saved_and_loaded(tmp_path):
     X, y = _data()
     with pytest.warns(ConvergenceWarning):
-        post = bdl.fit(linear_regression(X, y), backend="numpyro", method="sgld", num_warmup=10,
-                       num_samples=20, step_size=1e-6, progress=False)  # fmt: skip
+        post = bdl.fit(
+            linear_regression(X, y),
+            backend="numpyro",
+            method="sgld",
+            num_warmup=10,
+            num_samples=20,
+            step_size=1e-6,
+            progress=False,
+        )
     back = bdl.load(post.save(tmp_path / "short.nc"))
     assert back.diagnostics == post.diagnostics and back.diagnostics[0].sites

@@ -221,9 +221,14 @@ def test_fit_with_a_custom_density_in_a_factor(backend):
     exact_mean = float(np.sum(grid * weights) / np.sum(weights))
     exact_sd = float(np.sqrt(np.sum((grid - exact_mean) ** 2 * weights) / np.sum(weights)))
     post = bdl.fit(
-        custom(y), backend=backend, method="nuts", num_warmup=150, num_samples=300, num_chains=1,
+        custom(y),
+        backend=backend,
+        method="nuts",
+        num_warmup=150,
+        num_samples=300,
+        num_chains=1,
         progress=False,
-    )  # fmt: skip
+    )
     draws = post.samples["mu"].ravel()
     # 300 correlated draws: an effective size of at least 60 makes 5 standard errors this wide
     assert abs(draws.mean() - exact_mean) < 5 * exact_sd / np.sqrt(60)
@@ -389,7 +394,13 @@ def _check_latent_draws(post, moments: bool):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_latent_families_sampled_by_nuts_have_their_prior_moments(backend):
     post = bdl.fit(
-        families_model(observed=())(_family_data()), backend=backend, method="nuts",
-        num_warmup=300, num_samples=1500, num_chains=1, progress=False, seed=3,
-    )  # fmt: skip
+        families_model(observed=())(_family_data()),
+        backend=backend,
+        method="nuts",
+        num_warmup=300,
+        num_samples=1500,
+        num_chains=1,
+        progress=False,
+        seed=3,
+    )
     _check_latent_draws(post, moments=True)

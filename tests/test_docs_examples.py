@@ -128,8 +128,9 @@ def test_ensembles_page_example_runs_as_written():
         assert not post.diagnostics, post.diagnostics.report()
         assert post.samples["net.0.weight"].shape == (5, 1, 1, 20)
         assert post.predict(model(X)).rmse(y) < 0.5 * y.std()
-    assert anchored.settings["anchored_sites"] == [f"net.{i}.{k}" for i in (0, 1)
-                                                   for k in ("weight", "bias")]  # fmt: skip
+    assert anchored.settings["anchored_sites"] == [
+        f"net.{i}.{k}" for i in (0, 1) for k in ("weight", "bias")
+    ]
 
 
 @pytest.mark.slow  # ~30 s alone (two fits of 2,000 and 1,500 steps, in a fresh JAX process)
@@ -149,10 +150,16 @@ def test_scale_page_example_runs_as_written_on_four_devices():
         "[f.message for f in post.diagnostics + one.diagnostics], 'means': "
         "[p.samples['w'].mean(axis=(0, 1)).tolist() for p in (post, one)]}))\n"
     )
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")  # fmt: skip
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["devices"] == ["cpu:0,cpu:1,cpu:2,cpu:3"] * 2 and result["shard"] == "data"
     assert result["findings"] == []

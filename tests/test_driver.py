@@ -72,8 +72,9 @@ def _data(n=64):
 
 def _vi(backend, num_steps, chunk_size, splits=None):
     setup = prepare(regression(*_data()), backend, "float64", 0)
-    vi = VIRun(setup, 0, guide="delta", num_steps=num_steps, batch_size=8, lr=0.05,
-               chunk_size=chunk_size)  # fmt: skip
+    vi = VIRun(
+        setup, 0, guide="delta", num_steps=num_steps, batch_size=8, lr=0.05, chunk_size=chunk_size
+    )
     losses = [vi.steps(n)[0] for n in (splits or [num_steps])]
     params = vi.fitted_guide().params
     return np.concatenate(losses), np.concatenate([np.ravel(params[k]) for k in sorted(params)])
@@ -90,9 +91,19 @@ def test_chunking_does_not_change_a_deterministic_fit(backend, chunk_size):
 
 
 def test_chunking_does_not_change_sgmcmc_draws(backend):
-    kw = dict(backend=backend, method="sghmc", step_size=1e-3, batch_size=16, num_warmup=13,
-              num_samples=20, thinning=2, num_chains=2, seed=1, precision="float64",
-              progress=False)  # fmt: skip
+    kw = dict(
+        backend=backend,
+        method="sghmc",
+        step_size=1e-3,
+        batch_size=16,
+        num_warmup=13,
+        num_samples=20,
+        thinning=2,
+        num_chains=2,
+        seed=1,
+        precision="float64",
+        progress=False,
+    )
     a = bdl.fit(regression(*_data()), chunk_size=6, **kw)
     b = bdl.fit(regression(*_data()), chunk_size=1000, **kw)
     np.testing.assert_allclose(a.samples["w"], b.samples["w"], rtol=1e-10)
@@ -112,9 +123,20 @@ def test_one_compilation_per_fit_whatever_the_chunking(monkeypatch):
 
     def traces(chunk_size):
         calls["n"] = 0
-        bdl.fit(regression(*_data()), backend="numpyro", method="sgld", step_size=1e-3,
-                batch_size=16, num_warmup=50, num_samples=53, num_chains=2, chunk_size=chunk_size,
-                progress=False, log_likelihood=False, init="uniform")  # fmt: skip
+        bdl.fit(
+            regression(*_data()),
+            backend="numpyro",
+            method="sgld",
+            step_size=1e-3,
+            batch_size=16,
+            num_warmup=50,
+            num_samples=53,
+            num_chains=2,
+            chunk_size=chunk_size,
+            progress=False,
+            log_likelihood=False,
+            init="uniform",
+        )
         return calls["n"]
 
     one_chunk, many_chunks = traces(1000), traces(10)
@@ -137,8 +159,18 @@ def test_sgmcmc_stops_at_a_nan_potential(backend, method):
     with pytest.raises(bdl.InferenceError, match=r"chain \d+ reached a non-finite") as info:
         # pSGLD's preconditioner starts large (its gradient average starts at 0): smaller steps
         step_size = 0.01 if method == "psgld" else 0.05
-        bdl.fit(cliff(), backend=backend, method=method, step_size=step_size, num_warmup=0,
-                num_samples=3000, num_chains=2, seed=0, init={"x": -0.5}, progress=False)  # fmt: skip
+        bdl.fit(
+            cliff(),
+            backend=backend,
+            method=method,
+            step_size=step_size,
+            num_warmup=0,
+            num_samples=3000,
+            num_chains=2,
+            seed=0,
+            init={"x": -0.5},
+            progress=False,
+        )
     partial = info.value.partial
     assert partial is not None
     assert np.all(partial.samples["x"] < 1.5)  # no draw from the NaN region is kept
@@ -154,9 +186,17 @@ def steep_cliff():
 
 def _failed_step(backend, num_warmup):
     with pytest.raises(bdl.InferenceError, match="non-finite") as info:
-        bdl.fit(steep_cliff(), backend=backend, method="sgld", step_size=0.05,
-                num_warmup=num_warmup, num_samples=4000 - num_warmup, seed=0,
-                init={"x": -0.5}, progress=False)  # fmt: skip
+        bdl.fit(
+            steep_cliff(),
+            backend=backend,
+            method="sgld",
+            step_size=0.05,
+            num_warmup=num_warmup,
+            num_samples=4000 - num_warmup,
+            seed=0,
+            init={"x": -0.5},
+            progress=False,
+        )
     message = str(info.value)
     return int(message.split("at step ")[1].split()[0].rstrip(".,;:")), info.value.partial
 
@@ -174,8 +214,16 @@ def test_a_failure_between_kept_steps_stops_at_its_own_step(backend):
 
 def test_vi_stops_at_a_nan_loss(backend):
     with pytest.raises(bdl.InferenceError, match="VI stopped at step") as info:
-        bdl.fit(cliff(), backend=backend, method="vi", num_steps=500, lr=0.5, init_scale=2.0,
-                num_samples=10, progress=False)  # fmt: skip
+        bdl.fit(
+            cliff(),
+            backend=backend,
+            method="vi",
+            num_steps=500,
+            lr=0.5,
+            init_scale=2.0,
+            num_samples=10,
+            progress=False,
+        )
     assert info.value.partial is not None
 
 
@@ -205,8 +253,16 @@ def test_vi_keeps_the_parameters_from_before_the_failed_step(backend):
 def test_a_subset_of_chains_draws_what_those_chains_draw_in_the_whole_run(backend, method):
     """``chain_ids`` (what an executor's task runs): a chain's draws depend on the seed and its
     number only, never on which chains run beside it."""
-    kw = dict(backend=backend, method=method, num_warmup=30, num_samples=20, num_chains=4,
-              seed=3, progress=False, log_likelihood=False)  # fmt: skip
+    kw = dict(
+        backend=backend,
+        method=method,
+        num_warmup=30,
+        num_samples=20,
+        num_chains=4,
+        seed=3,
+        progress=False,
+        log_likelihood=False,
+    )
     if method == "sghmc":
         kw.update(step_size=1e-3, batch_size=16)
     whole = bdl.fit(regression(*_data()), **kw)

@@ -28,9 +28,15 @@ def quadratic_model(backend: str, sampler: str, step_size: float, **options):
     # Dense computes x @ W + b, so W = Aᵀ
     params = {"quad.a.weight": A.T, "quad.a.bias": B_VEC}
     return bdl.ebm.EnergyModel(
-        net, params, event_shape=(2,), box=(-4.0, 4.0), backend=backend, sampler=sampler,
-        step_size=step_size, **options,
-    )  # fmt: skip
+        net,
+        params,
+        event_shape=(2,),
+        box=(-4.0, 4.0),
+        backend=backend,
+        sampler=sampler,
+        step_size=step_size,
+        **options,
+    )
 
 
 def stationary_covariance(sampler: str, step_size: float, momentum_decay: float = 0.1):
@@ -70,8 +76,11 @@ def assert_gaussian(x: np.ndarray, mean: np.ndarray, cov: np.ndarray, z: float =
 STATIONARY_CASES = [("sgld", 0.3, 150, {}), ("sghmc", 0.5, 200, {"momentum_decay": 0.3})]
 
 
-@pytest.mark.parametrize(("sampler", "step_size", "steps", "options"), STATIONARY_CASES,
-                         ids=[c[0] for c in STATIONARY_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("sampler", "step_size", "steps", "options"),
+    STATIONARY_CASES,
+    ids=[c[0] for c in STATIONARY_CASES],
+)
 def test_stationary_law_on_a_quadratic_energy_is_the_kernels_gaussian(
     backend, sampler, step_size, steps, options
 ):
@@ -107,8 +116,16 @@ def test_mixture_samples_match_the_datas_means_and_covariance(backend):
     data's box) are off by 0.5 in covariance: rejected (checked)."""
     X = mixture_data()
     net = nn.MLP("energy", [2, 32, 32, 1], activation="silu", prior=nn.he_normal())
-    ebm = bdl.ebm.fit(net, X, backend=backend, num_steps=300, batch_size=100, chain_steps=10,
-                      step_size=0.01, lr=3e-3)  # fmt: skip
+    ebm = bdl.ebm.fit(
+        net,
+        X,
+        backend=backend,
+        num_steps=300,
+        batch_size=100,
+        chain_steps=10,
+        step_size=0.01,
+        lr=3e-3,
+    )
     assert ebm.losses.shape == (300,) and np.isfinite(ebm.losses).all()
     assert ebm.buffer.shape == (1000, 2)
     mean_err, cov_err = moment_errors(ebm.sample(2000, steps=10, seed=1), X)
@@ -220,8 +237,9 @@ def test_a_lifted_module_is_an_energy(backend):
 # -- errors: what was seen, what was expected, what to do ------------------------------------------
 def _fit(X=None, net=None, **options):
     X = mixture_data(100) if X is None else X
-    return bdl.ebm.fit(small_net() if net is None else net, X, backend="numpyro",
-                       **{**SMALL, **options})  # fmt: skip
+    return bdl.ebm.fit(
+        small_net() if net is None else net, X, backend="numpyro", **{**SMALL, **options}
+    )
 
 
 @pytest.mark.parametrize(
@@ -261,8 +279,11 @@ def test_bad_data_is_refused_with_its_shape():
 
 
 def test_an_energy_that_is_not_one_number_per_point_is_refused():
-    with pytest.raises(bdl.ModelError, match=r"to shape \(2, 3\); an energy is one number per "
-                                             r"point, so expected \(2,\) or \(2, 1\)"):  # fmt: skip
+    with pytest.raises(
+        bdl.ModelError,
+        match=r"to shape \(2, 3\); an energy is one number per "
+        r"point, so expected \(2,\) or \(2, 1\)",
+    ):
         _fit(net=nn.MLP("energy", [2, 8, 3]))
     with pytest.raises(bdl.ModelError, match=r"must be a ppl_bdl.dsl.nn network .* got function"):
         _fit(net=lambda x: x.sum(-1))
@@ -272,11 +293,16 @@ def test_a_model_from_given_params_checks_them():
     net = small_net()
     good = {k: np.zeros(s) for k, s in net.sites().items()}
     with pytest.raises(bdl.ModelError, match=r"missing \['energy.1.bias'\]"):
-        bdl.ebm.EnergyModel(net, {k: v for k, v in good.items() if k != "energy.1.bias"},
-                            event_shape=(2,), backend="numpyro")  # fmt: skip
+        bdl.ebm.EnergyModel(
+            net,
+            {k: v for k, v in good.items() if k != "energy.1.bias"},
+            event_shape=(2,),
+            backend="numpyro",
+        )
     with pytest.raises(bdl.ModelError, match=r"params\['energy.0.weight'\] has shape \(3, 16\)"):
-        bdl.ebm.EnergyModel(net, {**good, "energy.0.weight": np.zeros((3, 16))},
-                            event_shape=(2,), backend="numpyro")  # fmt: skip
+        bdl.ebm.EnergyModel(
+            net, {**good, "energy.0.weight": np.zeros((3, 16))}, event_shape=(2,), backend="numpyro"
+        )
     model = bdl.ebm.EnergyModel(net, good, event_shape=(2,), backend="numpyro")
     with pytest.raises(bdl.ConfigError, match=r"start='buffer' needs the replay buffer"):
         model.sample(3, start="buffer")
@@ -294,8 +320,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_docs_page_example_runs_as_written():
     page = (ROOT / "docs" / "ebm.md").read_text()
     namespace: dict = {}
-    exec(compile(re.search(r"```python\n(.*?)```", page, re.S).group(1), "docs/ebm.md", "exec"),
-         namespace)  # fmt: skip
+    exec(
+        compile(re.search(r"```python\n(.*?)```", page, re.S).group(1), "docs/ebm.md", "exec"),
+        namespace,
+    )
     mean_err, cov_err = moment_errors(namespace["x"], namespace["X"])
     assert mean_err < 0.15 and cov_err < 0.15, (mean_err, cov_err)
     model = namespace["model"]
@@ -314,7 +342,10 @@ def test_shipped_2d_example_runs_from_models(backend, capsys):
 def test_shipped_image_example_runs(backend):
     X = ebm_models.stroke_images(n=40, size=8)
     assert X.shape == (40, 1, 8, 8)
-    img = bdl.ebm.fit(ebm_models.energy_cnn(size=8, width=4), X, backend=backend,
-                      **{**ebm_models.SETTINGS_STROKES, "num_steps": 2, "batch_size": 8,
-                         "chain_steps": 2})  # fmt: skip
+    img = bdl.ebm.fit(
+        ebm_models.energy_cnn(size=8, width=4),
+        X,
+        backend=backend,
+        **{**ebm_models.SETTINGS_STROKES, "num_steps": 2, "batch_size": 8, "chain_steps": 2},
+    )
     assert img.sample(3).shape == (3, 1, 8, 8)

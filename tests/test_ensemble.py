@@ -50,8 +50,9 @@ def test_members_differ_and_predictions_mix_them(backend):
     np.testing.assert_allclose(pred.mean, means.mean(0), rtol=1e-6)
     assert scores["epistemic_variance"] > 0  # the members disagree
     # a subset of the members: the members they are in the whole ensemble
-    one = _fit(model(X, y), backend, num_members=3, num_steps=300, lr=0.02, batch_size=20,
-               chain_ids=[2])  # fmt: skip
+    one = _fit(
+        model(X, y), backend, num_members=3, num_steps=300, lr=0.02, batch_size=20, chain_ids=[2]
+    )
     np.testing.assert_allclose(one.samples["net.0.weight"][0], w[2], rtol=1e-3, atol=1e-4)
     # nothing about mixing is computed for an ensemble
     assert not {"rhat", "ess_bulk", "ess_tail"} & set(ens.diagnostics.kinds())
@@ -80,8 +81,15 @@ def test_anchored_members_follow_the_closed_form(backend):
     mean, cov = regression.conjugate_posterior(X, y, noise=1.0, prior_scale=1.0)
     closed = cov @ cov  # A⁻¹ S₀⁻¹ A⁻¹ with S₀ = I
     M = MEMBERS[backend]
-    ens = _fit(regression.linear_regression_known_noise(X, y), backend, num_members=M,
-               num_steps=200, lr=0.1, schedule="cosine", anchored=True)  # fmt: skip
+    ens = _fit(
+        regression.linear_regression_known_noise(X, y),
+        backend,
+        num_members=M,
+        num_steps=200,
+        lr=0.1,
+        schedule="cosine",
+        anchored=True,
+    )
     w = ens.samples["w"][:, 0]
     assert ens.settings["anchored_sites"] == ["w"]
     # the mean: within 4 Monte Carlo standard errors of the posterior mean
@@ -102,8 +110,14 @@ def test_anchored_members_follow_the_closed_form(backend):
 def test_a_plain_ensemble_of_a_convex_model_collapses_onto_the_map(backend):
     X, y = _linear_data()
     mean, _ = regression.conjugate_posterior(X, y, noise=1.0, prior_scale=1.0)
-    ens = _fit(regression.linear_regression_known_noise(X, y), backend, num_members=3,
-               num_steps=200, lr=0.1, schedule="cosine")  # fmt: skip
+    ens = _fit(
+        regression.linear_regression_known_noise(X, y),
+        backend,
+        num_members=3,
+        num_steps=200,
+        lr=0.1,
+        schedule="cosine",
+    )
     np.testing.assert_allclose(ens.samples["w"][:, 0], np.tile(mean, (3, 1)), atol=2e-3)
 
 
@@ -119,10 +133,14 @@ def test_members_run_as_an_executors_groups_merge_into_the_ensemble(backend):
     model = bnn.make_bnn_regression(hidden=(4,))
     options = dict(num_members=3, num_steps=60, lr=0.02, batch_size=20, anchored=["net.0.weight"])
     whole = _fit(model(X, y), backend, **options)
-    grouped = _fit(model(X, y), backend, executor=bdl.InProcessExecutor(chains_per_task=2),
-                   **options)  # fmt: skip
-    same = (np.testing.assert_array_equal if backend == "pyro"
-            else lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6))  # fmt: skip
+    grouped = _fit(
+        model(X, y), backend, executor=bdl.InProcessExecutor(chains_per_task=2), **options
+    )
+    same = (
+        np.testing.assert_array_equal
+        if backend == "pyro"
+        else lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    )
     for name in whole.samples:
         same(grouped.samples[name], whole.samples[name])
     for name in whole.sample_stats:
@@ -137,8 +155,16 @@ def test_a_short_run_is_reported_not_flat():
     X, y = regression.sine_data()
     model = bnn.make_bnn_regression(hidden=(8,))
     with pytest.warns(ConvergenceWarning, match="member losses still fell"):
-        ens = bdl.fit(model(X, y), backend="numpyro", method="ensemble", num_members=3,
-                      num_steps=100, lr=1e-3, chain_ids=[0, 2], progress=False)  # fmt: skip
+        ens = bdl.fit(
+            model(X, y),
+            backend="numpyro",
+            method="ensemble",
+            num_members=3,
+            num_steps=100,
+            lr=1e-3,
+            chain_ids=[0, 2],
+            progress=False,
+        )
     (finding,) = ens.diagnostics  # the members named by their numbers in the whole ensemble
     assert finding.kind == "ensemble_not_flat" and finding.sites == ("member 0", "member 2")
 
@@ -180,16 +206,32 @@ def test_anchored_refuses_a_prior_without_a_quadratic_form():
     X, y = regression.sine_data()
     bound = bnn.make_bnn_regression(hidden=(4,))(X, y)  # sigma ~ HalfNormal
     with pytest.raises(ConfigError, match=r"'sigma': 'HalfNormal'.*anchored=\['net.0.weight'"):
-        bdl.fit(bound, backend="numpyro", method="ensemble", anchored=True, num_steps=5,
-                progress=False)  # fmt: skip
+        bdl.fit(
+            bound, backend="numpyro", method="ensemble", anchored=True, num_steps=5, progress=False
+        )
     with pytest.raises(ConfigError, match=r"\['nope'\] are not continuous latent sites"):
-        bdl.fit(bound, backend="numpyro", method="ensemble", anchored=["nope"], num_steps=5,
-                progress=False)  # fmt: skip
+        bdl.fit(
+            bound,
+            backend="numpyro",
+            method="ensemble",
+            anchored=["nope"],
+            num_steps=5,
+            progress=False,
+        )
     # anchoring the network only: sigma keeps its own prior
-    ens = _fit(bound, "numpyro", num_members=2, num_steps=50,
-               anchored=["net.0.weight", "net.0.bias", "net.1.weight", "net.1.bias"])  # fmt: skip
-    assert ens.settings["anchored_sites"] == ["net.0.weight", "net.0.bias", "net.1.weight",
-                                              "net.1.bias"]  # fmt: skip
+    ens = _fit(
+        bound,
+        "numpyro",
+        num_members=2,
+        num_steps=50,
+        anchored=["net.0.weight", "net.0.bias", "net.1.weight", "net.1.bias"],
+    )
+    assert ens.settings["anchored_sites"] == [
+        "net.0.weight",
+        "net.0.bias",
+        "net.1.weight",
+        "net.1.bias",
+    ]
 
 
 def test_an_ensemble_saves_and_loads(tmp_path):
@@ -222,6 +264,5 @@ def test_the_anchored_step_has_no_per_step_gate():
         xs = chunk_inputs(be, steps, steps, [EpochBatches(10, 5, 0)], False)
         inputs = (data, be.asarray(0.1), be.random.key(1))
         header = chunk_header(np.zeros(steps, bool), steps, 0, 1)
-        lowered = runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=1,
-                                    trace=True)  # fmt: skip
+        lowered = runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=1, trace=True)
     assert float_gates(lowered.as_text()) == 0

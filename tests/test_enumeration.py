@@ -208,9 +208,15 @@ def test_other_methods_sum_the_assignments_out(backend, method):
     options = (
         dict(method="vi", num_steps=1500, lr=0.05, num_samples=1000)
         if method == "vi"
-        else dict(method="sgld", step_size=2e-3, num_warmup=1000, num_samples=2000, num_chains=2,
-                  init={"locs": PRIOR_LOCS})
-    )  # fmt: skip
+        else dict(
+            method="sgld",
+            step_size=2e-3,
+            num_warmup=1000,
+            num_samples=2000,
+            num_chains=2,
+            init={"locs": PRIOR_LOCS},
+        )
+    )
     post = bdl.fit(conjugate_mixture(CONJ_Y), backend=backend, seed=0, progress=False, **options)
     exact_locs, _ = _exact_posterior()
     np.testing.assert_allclose(post.samples["locs"].mean(axis=(0, 1)), exact_locs, atol=0.35)
@@ -240,13 +246,27 @@ def test_unsupported_discrete_latents_are_refused_clearly():
 
 def test_minibatches_are_refused_with_discrete_latents():
     with pytest.raises(ConfigError, match="takes no minibatches. Fit without batch_size"):
-        bdl.fit(mixture(Y, WEIGHTS), backend="numpyro", method="sgld", batch_size=3,
-                num_warmup=5, num_samples=5, progress=False)  # fmt: skip
+        bdl.fit(
+            mixture(Y, WEIGHTS),
+            backend="numpyro",
+            method="sgld",
+            batch_size=3,
+            num_warmup=5,
+            num_samples=5,
+            progress=False,
+        )
 
 
 def test_prediction_at_new_points_draws_their_assignments_from_the_prior():
-    post = bdl.fit(conjugate_mixture(CONJ_Y), backend="numpyro", num_warmup=50, num_samples=20,
-                   num_chains=1, progress=False, seed=0)  # fmt: skip
+    post = bdl.fit(
+        conjugate_mixture(CONJ_Y),
+        backend="numpyro",
+        num_warmup=50,
+        num_samples=20,
+        num_chains=1,
+        progress=False,
+        seed=0,
+    )
     at_training = post.predict(conjugate_mixture(CONJ_Y), seed=1)
     assert at_training.draws["y"].shape == (20, len(CONJ_Y))
     new = post.predict(conjugate_mixture(np.array([0.0, 1.0, 2.0])), seed=1)
@@ -258,8 +278,9 @@ def test_lowered_models_mark_discrete_sites_for_the_backends_own_nuts():
     import numpyro
 
     native = conjugate_mixture(CONJ_Y).lower("numpyro")
-    mcmc = numpyro.infer.MCMC(numpyro.infer.NUTS(native), num_warmup=300, num_samples=1000,
-                              progress_bar=False)  # fmt: skip
+    mcmc = numpyro.infer.MCMC(
+        numpyro.infer.NUTS(native), num_warmup=300, num_samples=1000, progress_bar=False
+    )
     mcmc.run(jax.random.PRNGKey(0))
     locs = np.asarray(mcmc.get_samples()["locs"])
     exact_locs, _ = _exact_posterior()

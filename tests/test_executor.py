@@ -38,8 +38,16 @@ def _data(n=64):
     return x, x @ np.array([1.0, -2.0]) + 0.5 * rng.normal(size=n)
 
 
-KW = dict(method="sghmc", num_warmup=30, num_samples=20, num_chains=4, seed=3, step_size=1e-3,
-          batch_size=16, progress=False)  # fmt: skip
+KW = dict(
+    method="sghmc",
+    num_warmup=30,
+    num_samples=20,
+    num_chains=4,
+    seed=3,
+    step_size=1e-3,
+    batch_size=16,
+    progress=False,
+)
 
 
 def _fit(backend, **kw):
@@ -87,8 +95,15 @@ def test_merge_refuses_what_is_not_chains_of_one_fit():
         merge_chains([a, b])
     with warnings.catch_warnings():  # 10 steps: far from converged, and said so
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)
-        vi = bdl.fit(regression(*_data()), backend="pyro", method="vi", num_steps=10,
-                     num_samples=20, progress=False, log_likelihood=False)  # fmt: skip
+        vi = bdl.fit(
+            regression(*_data()),
+            backend="pyro",
+            method="vi",
+            num_steps=10,
+            num_samples=20,
+            progress=False,
+            log_likelihood=False,
+        )
     with pytest.raises(ValueError, match="merge_chains joins the chains of MCMC fits"):
         merge_chains([a, vi])
     with pytest.raises(ValueError, match="at least one"):
@@ -105,8 +120,11 @@ class _OneGroupFails:
 
 
 def test_a_failed_group_is_named_and_the_finished_chains_kept():
-    with pytest.raises(ExecutorError, match=r"1 of 2 groups of chains failed:\n- chains \[2, 3\]: "
-                       r"worker died: killed") as info:  # fmt: skip
+    with pytest.raises(
+        ExecutorError,
+        match=r"1 of 2 groups of chains failed:\n- chains \[2, 3\]: "
+        r"worker died: killed",
+    ) as info:
         _fit("numpyro", executor=_OneGroupFails())
     error = info.value
     assert error.finished == [0, 1] and not error.interrupted
@@ -176,8 +194,10 @@ def test_run_job_with_a_job_of_its_own():
     options = dict(KW, backend="numpyro", log_likelihood=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)
-        post = run_job(bdl.InProcessExecutor(chains_per_task=3),
-                       ChainJob(regression(*_data()), [0, 1, 2, 3], options, run))  # fmt: skip
+        post = run_job(
+            bdl.InProcessExecutor(chains_per_task=3),
+            ChainJob(regression(*_data()), [0, 1, 2, 3], options, run),
+        )
     assert seen == [[0, 1], [2, 3]] and post.samples["w"].shape == (4, 20, 2)
 
 
@@ -234,8 +254,11 @@ def test_worker_processes_merge_their_groups_and_a_dead_worker_is_retried(monkey
 
 
 def test_a_worker_that_still_dies_is_named_with_the_chains_that_finished(monkeypatch, tmp_path):
-    with pytest.raises(ExecutorError, match=r"1 of 2 groups of chains failed:\n- chains \[2, 3\]: "
-                       r"worker died: .* on cpu .*killed by signal 9\) after 0 retries") as info:  # fmt: skip
+    with pytest.raises(
+        ExecutorError,
+        match=r"1 of 2 groups of chains failed:\n- chains \[2, 3\]: "
+        r"worker died: .* on cpu .*killed by signal 9\) after 0 retries",
+    ) as info:
         _workers(monkeypatch, tmp_path, "always")
     error = info.value
     assert error.finished == [0, 1] and not error.interrupted

@@ -337,9 +337,15 @@ def run_case(seed: int, backend: str) -> tuple[list[str], list[str]]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model, data = build(meta)
-                post = bdl.fit(model(data), backend=backend, method=method,
-                               precision=meta["precision"], seed=seed, progress=False,
-                               **options)  # fmt: skip
+                post = bdl.fit(
+                    model(data),
+                    backend=backend,
+                    method=method,
+                    precision=meta["precision"],
+                    seed=seed,
+                    progress=False,
+                    **options,
+                )
         except bdl.PPLError as err:
             outcomes.append(f"{method}: {type(err).__name__}")
             continue
@@ -370,9 +376,10 @@ def _check(seed: int, backend: str) -> None:
         if re.search(pattern, failure.split("\nreproduce with:")[0])
     }
     unknown = [
-        f for f in failures
+        f
+        for f in failures
         if not any(re.search(p, f.split("\nreproduce with:")[0]) for p in KNOWN_BUGS)
-    ]  # fmt: skip
+    ]
     assert not unknown, f"seed {seed} on {backend}:\n" + "\n\n".join(unknown)
     if known:
         pytest.xfail("known bug(s): " + "; ".join(sorted(known)))

@@ -44,16 +44,33 @@ Y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
 def test_sgmcmc_interrupted_keeps_draws(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
     with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
-        bdl.fit(mean_model(Y), backend=backend, method="sgld", step_size=1e-3, num_warmup=20,
-                num_samples=100, num_chains=1, chunk_size=40, progress=False)  # fmt: skip
+        bdl.fit(
+            mean_model(Y),
+            backend=backend,
+            method="sgld",
+            step_size=1e-3,
+            num_warmup=20,
+            num_samples=100,
+            num_chains=1,
+            chunk_size=40,
+            progress=False,
+        )
     assert info.value.partial.samples["mu"].shape == (1, 20)  # steps 20..39 of the first chunk
 
 
 def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
     with pytest.raises(bdl.InferenceError, match="interrupted at step 200") as info:
-        bdl.fit(mean_model(Y), backend=backend, method="vi", num_steps=1000, lr=0.05,
-                chunk_size=200, num_samples=10, progress=False)  # fmt: skip
+        bdl.fit(
+            mean_model(Y),
+            backend=backend,
+            method="vi",
+            num_steps=1000,
+            lr=0.05,
+            chunk_size=200,
+            num_samples=10,
+            progress=False,
+        )
     partial = info.value.partial
     assert partial.losses.shape == (200,)
     assert partial.samples["mu"].shape == (1, 10)
@@ -62,8 +79,16 @@ def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
 def test_vi_interrupted_in_its_first_chunk_keeps_the_initial_parameters(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend, chunk=1)
     with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
-        bdl.fit(mean_model(Y), backend=backend, method="vi", num_steps=1000, lr=0.05,
-                chunk_size=200, num_samples=10, progress=False)  # fmt: skip
+        bdl.fit(
+            mean_model(Y),
+            backend=backend,
+            method="vi",
+            num_steps=1000,
+            lr=0.05,
+            chunk_size=200,
+            num_samples=10,
+            progress=False,
+        )
     partial = info.value.partial
     assert partial.losses.shape == (0,)
     assert partial.samples["mu"].shape == (1, 10) and np.all(np.isfinite(partial.samples["mu"]))
@@ -72,8 +97,16 @@ def test_vi_interrupted_in_its_first_chunk_keeps_the_initial_parameters(backend,
 def test_nuts_interrupted_keeps_draws(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
     with pytest.raises(bdl.InferenceError, match="NUTS was interrupted at step 60") as info:
-        bdl.fit(mean_model(Y), backend=backend, method="nuts", num_warmup=30, num_samples=100,
-                num_chains=1, chunk_size=60, progress=False)  # fmt: skip
+        bdl.fit(
+            mean_model(Y),
+            backend=backend,
+            method="nuts",
+            num_warmup=30,
+            num_samples=100,
+            num_chains=1,
+            chunk_size=60,
+            progress=False,
+        )
     partial = info.value.partial
     assert partial.samples["mu"].shape == (1, 30)  # draws 30..59 of the first chunk
     assert partial.sample_stats["diverging"].shape == (1, 30)

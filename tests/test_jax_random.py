@@ -59,8 +59,10 @@ def test_normal_is_jax_normal_bit_for_bit(shape, seed):
     ours = jax.jit(lambda k: normal(k, shape, np.float32))(key)
     _same_bits(ours, jax.random.normal(key, shape, np.float32))
     keys = jax.random.split(key, 3)  # chains' keys, vmapped as the loop does
-    _same_bits(jax.vmap(lambda k: normal(k, shape, np.float32))(keys),
-               jax.vmap(lambda k: jax.random.normal(k, shape, np.float32))(keys))  # fmt: skip
+    _same_bits(
+        jax.vmap(lambda k: normal(k, shape, np.float32))(keys),
+        jax.vmap(lambda k: jax.random.normal(k, shape, np.float32))(keys),
+    )
 
 
 def test_normal_in_float64_is_jax_normal_bit_for_bit():
@@ -73,8 +75,10 @@ def test_normal_in_float64_is_jax_normal_bit_for_bit():
 def test_normal_falls_back_where_it_would_differ():
     """A typed key, a float it does not write out, and JAX's older (non-partitionable) Threefry
     all go to ``jax.random.normal``."""
-    _same_bits(normal(jax.random.key(1), (4,), np.float32),
-               jax.random.normal(jax.random.key(1), (4,), np.float32))  # fmt: skip
+    _same_bits(
+        normal(jax.random.key(1), (4,), np.float32),
+        jax.random.normal(jax.random.key(1), (4,), np.float32),
+    )
     key = jax.random.PRNGKey(1)
     _same_bits(normal(key, (4,), jnp.bfloat16), jax.random.normal(key, (4,), jnp.bfloat16))
     with jax.threefry_partitionable(False):

@@ -86,8 +86,9 @@ def _ours(wrap=None, wrap_init=None):
         keep = np.zeros(STEPS, bool)
         keep[-ROWS:] = True
         header = chunk_header(keep, STEPS, 0, ROWS)
-        return runner.fast.lower(state, xs, inputs, header, length=STEPS, num_rows=ROWS,
-                                 trace=False)  # fmt: skip
+        return runner.fast.lower(
+            state, xs, inputs, header, length=STEPS, num_rows=ROWS, trace=False
+        )
 
 
 def _hand():
@@ -120,8 +121,7 @@ def _hand():
         return jax.lax.scan(lambda c, x: body(c, x, rate), blocks, (keys, idx))
 
     idx, rate = jnp.zeros((STEPS, B), jnp.int32), jnp.asarray(1e-4)
-    return jax.jit(run).lower(tuple(jnp.zeros(s) for s in shapes), jax.random.PRNGKey(0), idx,
-                              rate)  # fmt: skip
+    return jax.jit(run).lower(tuple(jnp.zeros(s) for s in shapes), jax.random.PRNGKey(0), idx, rate)
 
 
 def gates(lowered) -> int:

@@ -57,8 +57,9 @@ Y = np.zeros(20)
 
 
 def _fit(bound, backend):
-    return bdl.fit(bound, backend=backend, num_warmup=5, num_samples=5, num_chains=1,
-                   progress=False)  # fmt: skip
+    return bdl.fit(
+        bound, backend=backend, num_warmup=5, num_samples=5, num_chains=1, progress=False
+    )
 
 
 @pytest.mark.parametrize(

@@ -40,25 +40,46 @@ def mixing(y, side: str):
     s = bdl.sample("s", dist.HalfNormal(1.0))
     if side == "left":
         terms = [
-            np.float64(2.0) * w, A - w, A / (np.ones(3) + w**2), np.float64(0.5) ** s * A + s**2.0,
-            np.log(A) - (y[:3] - w) ** 2, M @ w, bm.where(np.zeros(3) < w, w, -w),
-            np.array(1.5) + w[PICK], np.int64(1) + w[MASK], np.arange(3) * w,
-        ]  # fmt: skip
+            np.float64(2.0) * w,
+            A - w,
+            A / (np.ones(3) + w**2),
+            np.float64(0.5) ** s * A + s**2.0,
+            np.log(A) - (y[:3] - w) ** 2,
+            M @ w,
+            bm.where(np.zeros(3) < w, w, -w),
+            np.array(1.5) + w[PICK],
+            np.int64(1) + w[MASK],
+            np.arange(3) * w,
+        ]
         lik = np.log(A) + dist.Normal(w, s).log_prob(y[:3])
     elif side == "right":
         terms = [
-            w * np.float64(2.0), -(w - A), (w**2 + np.ones(3)) ** -1.0 * A, 0.5**s * A + s ** np.array(2.0),
-            (y[:3] - w) ** 2 * -1.0 + np.log(A), -(-w @ M.T), bm.where(w > np.zeros(3), w, -w),
-            w[PICK] + np.array(1.5), w[MASK] + np.int64(1), w * np.arange(3),
-        ]  # fmt: skip
+            w * np.float64(2.0),
+            -(w - A),
+            (w**2 + np.ones(3)) ** -1.0 * A,
+            0.5**s * A + s ** np.array(2.0),
+            (y[:3] - w) ** 2 * -1.0 + np.log(A),
+            -(-w @ M.T),
+            bm.where(w > np.zeros(3), w, -w),
+            w[PICK] + np.array(1.5),
+            w[MASK] + np.int64(1),
+            w * np.arange(3),
+        ]
         lik = dist.Normal(w, s).log_prob(y[:3]) + np.log(A)
     else:
         a, pick = bm.asarray(A), bm.asarray(PICK)
         terms = [
-            2.0 * w, a - w, a / (1.0 + w**2), 0.5**s * a + s**2.0,
-            bm.log(a) - (y[:3] - w) ** 2, bm.matmul(bm.asarray(M), w), bm.where(w > 0.0, w, -w),
-            1.5 + w[pick], 1 + w[pick], bm.arange(3) * w,
-        ]  # fmt: skip
+            2.0 * w,
+            a - w,
+            a / (1.0 + w**2),
+            0.5**s * a + s**2.0,
+            bm.log(a) - (y[:3] - w) ** 2,
+            bm.matmul(bm.asarray(M), w),
+            bm.where(w > 0.0, w, -w),
+            1.5 + w[pick],
+            1 + w[pick],
+            bm.arange(3) * w,
+        ]
         lik = bm.log(a) + dist.Normal(w, s).log_prob(y[:3])
     bdl.factor("terms", -0.1 * sum(bm.sum(t**2) for t in terms))
     bdl.factor("lik", lik)
@@ -259,8 +280,9 @@ def test_data_of_any_numeric_dtype(backend, dtype):
     """(fuzz: integer X in ``X[idx] @ w`` failed in torch's addmv on Pyro.)"""
     X = np.random.default_rng(1).integers(0, 2, size=(8, 3))
     y = X @ np.array([1.0, -1.0, 0.5]) + 0.2
-    assert_same_potential(regression(X.astype(dtype), y), regression(X.astype(float), y),
-                          backend, dim=4)  # fmt: skip
+    assert_same_potential(
+        regression(X.astype(dtype), y), regression(X.astype(float), y), backend, dim=4
+    )
 
 
 # -- the models above fit ---------------------------------------------------------------------------

@@ -146,10 +146,19 @@ def test_the_rewrite_puts_numpy_on_both_sides_of_every_operator():
 
 #: By default: the docs' models on every backend, and on torch one shipped model of each kind
 #: (hierarchical, BNN, mixture with enumeration, scan); every model everywhere under -m slow.
-ON_TORCH = {"eight_schools_noncentered", "bnn_classification", "gaussian_mixture",
-            "stochastic_volatility", "kidiq"}  # fmt: skip
-DEFAULT = [(b, n) for b in bdl.backends.available() for n in sorted(CASES)
-           if n.startswith("docs:") or (b == "pyro" and n in ON_TORCH)]  # fmt: skip
+ON_TORCH = {
+    "eight_schools_noncentered",
+    "bnn_classification",
+    "gaussian_mixture",
+    "stochastic_volatility",
+    "kidiq",
+}
+DEFAULT = [
+    (b, n)
+    for b in bdl.backends.available()
+    for n in sorted(CASES)
+    if n.startswith("docs:") or (b == "pyro" and n in ON_TORCH)
+]
 REST = [(b, n) for b in bdl.backends.available() for n in sorted(CASES) if (b, n) not in DEFAULT]
 
 

@@ -37,11 +37,21 @@ def fits():
 
 def test_examples_cover_every_model_module():
     expected = {
-        "eight_schools_centered", "eight_schools_noncentered", "kidiq", "arK", "diamonds",
-        "linear_regression", "linear_regression_known_noise", "logistic_regression",
-        "bnn_regression", "bnn_classification", "gaussian_mixture", "gaussian_hmm", "ar_k",
+        "eight_schools_centered",
+        "eight_schools_noncentered",
+        "kidiq",
+        "arK",
+        "diamonds",
+        "linear_regression",
+        "linear_regression_known_noise",
+        "logistic_regression",
+        "bnn_regression",
+        "bnn_classification",
+        "gaussian_mixture",
+        "gaussian_hmm",
+        "ar_k",
         "stochastic_volatility",
-    }  # fmt: skip
+    }
     assert expected <= set(EXAMPLES)
 
 

@@ -32,8 +32,9 @@ def softplus(x):
 def test_log_density_is_the_written_model(noise):
     rng = np.random.default_rng(0)
     X, y = make_sine_data(n=12, seed=0)
-    model = bnn.make_bnn_regression(hidden=(4,), activation="relu", prior_scale=0.7,
-                                    noise_scale=0.4, noise=noise)  # fmt: skip
+    model = bnn.make_bnn_regression(
+        hidden=(4,), activation="relu", prior_scale=0.7, noise_scale=0.4, noise=noise
+    )
     outputs = 2 if noise == "heteroscedastic" else 1
     values = weights(outputs, rng)
     expected = sum(stats.norm(0.0, 0.7).logpdf(v).sum() for v in values.values())
@@ -73,8 +74,9 @@ def test_log_density_is_the_written_model(noise):
 def test_each_noise_model_fits(noise, backend):
     X, y = make_sine_data(n=40, seed=1)
     model = bnn.make_bnn_regression(hidden=(8,), activation="relu", noise=noise)
-    post = bdl.fit(model(X, y), backend=backend, method="vi", num_steps=20, num_samples=10,
-                   progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(X, y), backend=backend, method="vi", num_steps=20, num_samples=10, progress=False
+    )
     assert post.samples["net.1.weight"].shape == (1, 10, 8, 2 if noise == "heteroscedastic" else 1)
     pred = post.predict(model(X[:5]))
     assert pred.mean.shape == (5,) and np.all(np.isfinite(pred.total))
@@ -82,8 +84,14 @@ def test_each_noise_model_fits(noise, backend):
 
 def test_the_uci_builder_is_one_layer_of_50_relu_units_with_a_gamma_precision():
     X, y = make_sine_data(n=20, seed=0)
-    post = bdl.fit(bnn.make_uci_bnn_regression()(X, y), backend="pyro", method="vi",
-                   num_steps=5, num_samples=3, progress=False)  # fmt: skip
+    post = bdl.fit(
+        bnn.make_uci_bnn_regression()(X, y),
+        backend="pyro",
+        method="vi",
+        num_steps=5,
+        num_samples=3,
+        progress=False,
+    )
     assert post.samples["net.0.weight"].shape == (1, 3, 1, 50)
     assert post.samples["precision"].shape == (1, 3)
 
@@ -94,8 +102,15 @@ def test_a_heteroscedastic_head_learns_where_the_noise_is():
     x = rng.uniform(-3, 3, size=400)
     y = np.sin(x) + (0.05 + 0.2 * np.abs(x)) * rng.normal(size=400)
     model = bnn.make_bnn_regression(hidden=(32,), activation="tanh", noise="heteroscedastic")
-    post = bdl.fit(model(x[:, None], y), backend="pyro", method="vi", num_steps=3000, lr=0.02,
-                   num_samples=50, progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(x[:, None], y),
+        backend="pyro",
+        method="vi",
+        num_steps=3000,
+        lr=0.02,
+        num_samples=50,
+        progress=False,
+    )
     probe = np.array([[-2.7], [0.0], [2.7]])
     sd = np.sqrt(post.predict(model(probe)).aleatoric)
     assert sd[1] < 0.25 and sd[0] > 2 * sd[1] and sd[2] > 2 * sd[1]

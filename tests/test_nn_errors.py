@@ -25,10 +25,13 @@ def cnn() -> nn.Sequential:
     return nn.Sequential(
         "cnn",
         [
-            nn.Conv2d("conv", 1, 6, kernel_size=3, padding=1), "relu", nn.MaxPool2d(2),
-            nn.Flatten(), nn.Dense("fc", 96, 3),
+            nn.Conv2d("conv", 1, 6, kernel_size=3, padding=1),
+            "relu",
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Dense("fc", 96, 3),
         ],
-    )  # fmt: skip
+    )
 
 
 def test_wrong_channels_name_the_layer_and_both_shapes(backend):

@@ -51,11 +51,13 @@ CASES = {
         lambda v, x: F.conv2d(x, v["c.weight"], v["c.bias"], padding=1),
     ),
     "conv_stride_groups_dilation": (
-        lambda: nn.Conv2d("c", 4, 6, kernel_size=(3, 2), stride=2, padding=(1, 2), groups=2,
-                          dilation=(1, 2)),
+        lambda: nn.Conv2d(
+            "c", 4, 6, kernel_size=(3, 2), stride=2, padding=(1, 2), groups=2, dilation=(1, 2)
+        ),
         (2, 4, 9, 8),
-        lambda v, x: F.conv2d(x, v["c.weight"], v["c.bias"], stride=2, padding=(1, 2), groups=2,
-                              dilation=(1, 2)),
+        lambda v, x: F.conv2d(
+            x, v["c.weight"], v["c.bias"], stride=2, padding=(1, 2), groups=2, dilation=(1, 2)
+        ),
     ),
     "conv_same_even_kernel": (
         lambda: nn.Conv2d("c", 2, 3, kernel_size=4, padding="same", bias=False),
@@ -99,39 +101,63 @@ CASES = {
     "residual_shortcut": (
         lambda: nn.Residual(
             "r",
-            [nn.Conv2d("c1", 2, 4, 3, stride=2, padding=1), "relu", nn.Conv2d("c2", 4, 4, 3, padding=1)],
+            [
+                nn.Conv2d("c1", 2, 4, 3, stride=2, padding=1),
+                "relu",
+                nn.Conv2d("c2", 4, 4, 3, padding=1),
+            ],
             shortcut=nn.Conv2d("s", 2, 4, 1, stride=2),
         ),
         (2, 2, 6, 6),
         lambda v, x: (
             F.conv2d(
                 F.relu(F.conv2d(x, v["r.c1.weight"], v["r.c1.bias"], stride=2, padding=1)),
-                v["r.c2.weight"], v["r.c2.bias"], padding=1,
+                v["r.c2.weight"],
+                v["r.c2.bias"],
+                padding=1,
             )
             + F.conv2d(x, v["r.s.weight"], v["r.s.bias"], stride=2)
         ),
     ),
     "sequential_cnn": (
-        lambda: nn.Sequential("cnn", [
-            nn.Conv2d("conv", 1, 6, kernel_size=3, padding=1), "relu", nn.MaxPool2d(2),
-            nn.Flatten(), nn.Dense("fc", 96, 3),
-        ]),
+        lambda: nn.Sequential(
+            "cnn",
+            [
+                nn.Conv2d("conv", 1, 6, kernel_size=3, padding=1),
+                "relu",
+                nn.MaxPool2d(2),
+                nn.Flatten(),
+                nn.Dense("fc", 96, 3),
+            ],
+        ),
         (3, 1, 8, 8),
-        lambda v, x: F.max_pool2d(
-            F.relu(F.conv2d(x, v["cnn.conv.weight"], v["cnn.conv.bias"], padding=1)), 2
-        ).flatten(1) @ v["cnn.fc.weight"] + v["cnn.fc.bias"],
+        lambda v, x: (
+            F.max_pool2d(
+                F.relu(F.conv2d(x, v["cnn.conv.weight"], v["cnn.conv.bias"], padding=1)), 2
+            ).flatten(1)
+            @ v["cnn.fc.weight"]
+            + v["cnn.fc.bias"]
+        ),
     ),
     "mlp": (
         lambda: nn.MLP("net", [4, 6, 2], activation="tanh"),
         (5, 4),
-        lambda v, x: torch.tanh(x @ v["net.0.weight"] + v["net.0.bias"]) @ v["net.1.weight"]
-        + v["net.1.bias"],
+        lambda v, x: (
+            torch.tanh(x @ v["net.0.weight"] + v["net.0.bias"]) @ v["net.1.weight"]
+            + v["net.1.bias"]
+        ),
     ),
-}  # fmt: skip
+}
 ACTIVATION_REFERENCE = {
-    "relu": F.relu, "tanh": torch.tanh, "gelu": F.gelu, "sigmoid": torch.sigmoid,
-    "softplus": F.softplus, "elu": F.elu, "silu": F.silu, "identity": lambda x: x,
-}  # fmt: skip
+    "relu": F.relu,
+    "tanh": torch.tanh,
+    "gelu": F.gelu,
+    "sigmoid": torch.sigmoid,
+    "softplus": F.softplus,
+    "elu": F.elu,
+    "silu": F.silu,
+    "identity": lambda x: x,
+}
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
@@ -183,11 +209,14 @@ def test_site_names_and_shapes_of_the_issue_example():
     net = nn.Sequential(
         "cnn",
         [
-            nn.Conv2d("conv", 1, 6, kernel_size=3, padding=1), "relu", nn.MaxPool2d(2),
-            nn.Flatten(), nn.Dense("fc", 96, 3),
+            nn.Conv2d("conv", 1, 6, kernel_size=3, padding=1),
+            "relu",
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Dense("fc", 96, 3),
         ],
         prior=dist.Normal(0.0, 1.0),
-    )  # fmt: skip
+    )
     assert net.sites() == {
         "cnn.conv.weight": (6, 1, 3, 3),
         "cnn.conv.bias": (6,),
@@ -219,8 +248,10 @@ def test_shipped_network_sizes_and_names():
 def test_mlp_and_dense_keep_their_names_shapes_and_arguments():
     net = nn.MLP("net", [8, 50, 1], activation="tanh", prior_scale=0.5)
     assert list(net.sites().items()) == [
-        ("net.0.weight", (8, 50)), ("net.0.bias", (50,)), ("net.1.weight", (50, 1)),
+        ("net.0.weight", (8, 50)),
+        ("net.0.bias", (50,)),
+        ("net.1.weight", (50, 1)),
         ("net.1.bias", (1,)),
-    ]  # fmt: skip
+    ]
     assert net.priors()["net.1.bias"].params == {"loc": 0.0, "scale": 0.5}
     assert nn.Dense("fc", 2, 3, bias=False).sites() == {"fc.weight": (2, 3)}

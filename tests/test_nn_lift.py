@@ -49,8 +49,11 @@ def apply_on(be, lifted: nn.Module, values: dict, x: np.ndarray) -> np.ndarray:
 def test_torch_parameters_become_sites_named_by_path_with_fan_priors():
     lifted = nn.lift(torch_net(), prior=nn.he_normal(), priors={"*.bias": 0.1}, name="net")
     assert lifted.sites(PYRO) == {
-        "net.0.weight": (16, 2), "net.0.bias": (16,), "net.2.weight": (3, 16), "net.2.bias": (3,),
-    }  # fmt: skip
+        "net.0.weight": (16, 2),
+        "net.0.bias": (16,),
+        "net.2.weight": (3, 16),
+        "net.2.bias": (3,),
+    }
     priors = lifted.priors(PYRO)
     assert priors["net.0.weight"].params["scale"] == pytest.approx(math.sqrt(2 / 2))
     assert priors["net.2.weight"].params["scale"] == pytest.approx(math.sqrt(2 / 16))
@@ -83,16 +86,25 @@ def test_only_the_selected_parameters_are_bayesian():
     # a predicate and a list of patterns select the same way
     assert nn.lift(module, bayesian=lambda p: p.startswith("2.")).sites(PYRO) == lifted.sites(PYRO)
     assert list(nn.lift(module, bayesian=["0.bias", "2.*"]).sites(PYRO)) == [
-        "0.bias", "2.weight", "2.bias",
-    ]  # fmt: skip
+        "0.bias",
+        "2.weight",
+        "2.bias",
+    ]
 
 
 def test_a_lifted_last_layer_posterior_predicts():
     X, y = make_blobs(n=150, num_classes=3, seed=0)
     X_test, y_test = make_blobs(n=90, num_classes=3, seed=1)
     model = classifier(nn.lift(torch_net(), prior=1.0, bayesian="2.*", name="net"))
-    post = bdl.fit(model(X, y), backend="pyro", method="vi", num_steps=400, num_samples=50,
-                   lr=0.05, progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(X, y),
+        backend="pyro",
+        method="vi",
+        num_steps=400,
+        num_samples=50,
+        lr=0.05,
+        progress=False,
+    )
     assert sorted(post.samples) == ["net.2.bias", "net.2.weight"]
     pred = post.predict(model(X_test))
     assert pred.probs.shape == (90, 3)
@@ -118,8 +130,11 @@ def test_a_lifted_module_composes_with_ppl_bdl_layers():
     with PYRO.activate():
         sites = net.sites()
     assert list(sites) == [
-        "net.features.0.weight", "net.features.0.bias", "net.head.weight", "net.head.bias",
-    ]  # fmt: skip
+        "net.features.0.weight",
+        "net.features.0.bias",
+        "net.head.weight",
+        "net.head.bias",
+    ]
     assert sites["net.features.0.weight"] == (16, 2)
     with pytest.raises(ModelError, match="has weights but no name"):
         nn.Sequential("net", [nn.lift(features), nn.Dense("head", 16, 3)])
@@ -152,16 +167,20 @@ def test_equinox_parameters_become_sites_and_the_forward_is_the_modules():
     module = eqx_net()
     lifted = nn.lift(module, prior=nn.he_normal(), name="net")
     assert lifted.sites(NUMPYRO) == {
-        "net.layers.0.weight": (16, 2), "net.layers.0.bias": (16,),
-        "net.layers.1.weight": (3, 16), "net.layers.1.bias": (3,),
-    }  # fmt: skip
+        "net.layers.0.weight": (16, 2),
+        "net.layers.0.bias": (16,),
+        "net.layers.1.weight": (3, 16),
+        "net.layers.1.bias": (3,),
+    }
     assert lifted.priors(NUMPYRO)["net.layers.1.bias"].params["scale"] == pytest.approx(
         math.sqrt(2 / 16)
     )
     values = {
-        "net.layers.0.weight": module.layers[0].weight, "net.layers.0.bias": module.layers[0].bias,
-        "net.layers.1.weight": module.layers[1].weight, "net.layers.1.bias": module.layers[1].bias,
-    }  # fmt: skip
+        "net.layers.0.weight": module.layers[0].weight,
+        "net.layers.0.bias": module.layers[0].bias,
+        "net.layers.1.weight": module.layers[1].weight,
+        "net.layers.1.bias": module.layers[1].bias,
+    }
     x = np.random.default_rng(0).normal(size=(5, 2)).astype(np.float32)
     expected = np.asarray(jax.vmap(module)(x))
     np.testing.assert_allclose(apply_on(NUMPYRO, lifted, values, x), expected, rtol=1e-5, atol=1e-6)
@@ -172,8 +191,15 @@ def test_an_equinox_last_layer_posterior_predicts():
     X, y = make_blobs(n=150, num_classes=3, seed=0)
     X_test, y_test = make_blobs(n=90, num_classes=3, seed=1)
     model = classifier(nn.lift(eqx_net(), prior=1.0, bayesian="layers.1.*"))
-    post = bdl.fit(model(X, y), backend="numpyro", method="vi", num_steps=400, num_samples=50,
-                   lr=0.05, progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(X, y),
+        backend="numpyro",
+        method="vi",
+        num_steps=400,
+        num_samples=50,
+        lr=0.05,
+        progress=False,
+    )
     assert sorted(post.samples) == ["layers.1.bias", "layers.1.weight"]
     pred = post.predict(model(X_test))
     assert np.mean(pred.probs.argmax(-1) == y_test) > 0.8

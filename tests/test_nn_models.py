@@ -14,8 +14,14 @@ from ppl_bdl.models import images, vision
 # shape (~200 XLA compiles for ResNet-20): those fits are slow-marked, the rest run by default.
 # On NumPyro the layers' forward pass is checked against Pyro's by the nn tests; every model fits on
 # both backends with -m slow.
-SLOW = {("lenet5", "numpyro", "vi"), ("lenet5", "numpyro", "sgld"), ("resnet20", "numpyro", "vi"), ("resnet20", "numpyro", "sgld"),
-        ("mlp", "numpyro", "vi"), ("mlp", "numpyro", "sgld")}  # fmt: skip
+SLOW = {
+    ("lenet5", "numpyro", "vi"),
+    ("lenet5", "numpyro", "sgld"),
+    ("resnet20", "numpyro", "vi"),
+    ("resnet20", "numpyro", "sgld"),
+    ("mlp", "numpyro", "vi"),
+    ("mlp", "numpyro", "sgld"),
+}
 MODELS = {
     # name: (network, channels, image size, classes)
     "lenet5": (lambda: vision.lenet5(image_size=12, num_classes=3), 1, 12, 3),
@@ -24,9 +30,16 @@ MODELS = {
 }
 METHODS = {
     "vi": {"method": "vi", "num_steps": 3, "batch_size": 8, "num_samples": 2},
-    "sgld": {"method": "sgld", "step_size": 1e-6, "num_warmup": 2, "num_samples": 2,
-             "num_chains": 1, "batch_size": 8, "init": "prior"},
-}  # fmt: skip
+    "sgld": {
+        "method": "sgld",
+        "step_size": 1e-6,
+        "num_warmup": 2,
+        "num_samples": 2,
+        "num_chains": 1,
+        "batch_size": 8,
+        "init": "prior",
+    },
+}
 CASES = [
     pytest.param(m, b, k, marks=[pytest.mark.slow] if (m, b, k) in SLOW else [])
     for m in MODELS
@@ -61,9 +74,19 @@ def test_lenet_learns_the_synthetic_classes_with_sgld(backend):
     X, y = images.make_synthetic_images(n=300, num_classes=4, size=12, seed=0)
     X_test, y_test = images.make_synthetic_images(n=200, num_classes=4, size=12, seed=1)
     model = vision.make_lenet5_classifier(image_size=12, num_classes=4)
-    post = bdl.fit(model(X, y), backend=backend, method="sgld", step_size=1e-3, num_warmup=300,
-                   num_samples=20, thinning=5, num_chains=1, batch_size=50, init="prior",
-                   progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(X, y),
+        backend=backend,
+        method="sgld",
+        step_size=1e-3,
+        num_warmup=300,
+        num_samples=20,
+        thinning=5,
+        num_chains=1,
+        batch_size=50,
+        init="prior",
+        progress=False,
+    )
     pred = post.predict(model(X_test))
     assert np.mean(pred.probs.argmax(-1) == y_test) > 0.8
 

@@ -249,9 +249,14 @@ def test_demo_plots_have_one_title_and_labelled_axes(tmp_path):
     )
     grid = np.linspace(-1, 1, 5)[:, None]
     pred = PredictiveResult(
-        draws={"y": rng.normal(size=(10, 5))}, site="y", kind="regression", mean=np.zeros(5),
-        total=np.ones(5), aleatoric=0.5 * np.ones(5), epistemic=0.5 * np.ones(5),
-    )  # fmt: skip
+        draws={"y": rng.normal(size=(10, 5))},
+        site="y",
+        kind="regression",
+        mean=np.zeros(5),
+        total=np.ones(5),
+        aleatoric=0.5 * np.ones(5),
+        epistemic=0.5 * np.ones(5),
+    )
     figures = [
         demo._trace_figure(idata, "numpyro"),
         demo._forest_figure(idata, "numpyro"),
@@ -269,6 +274,7 @@ def test_demo_plots_have_one_title_and_labelled_axes(tmp_path):
         for ax in axes:
             assert ax.get_xlabel(), fig
         plt.close(fig)
-    files = demo._save_plots(idata, pred, grid, np.zeros(5), grid, np.zeros(5), grid, tmp_path,
-                             "numpyro")  # fmt: skip
+    files = demo._save_plots(
+        idata, pred, grid, np.zeros(5), grid, np.zeros(5), grid, tmp_path, "numpyro"
+    )
     assert all(f.stat().st_size > 0 for f in files)

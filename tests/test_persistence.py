@@ -42,8 +42,16 @@ def _data(n=100):
 @pytest.fixture(scope="module", params=bdl.backends.available())
 def vi_fit(request, tmp_path_factory):
     X, y = _data()
-    post = bdl.fit(noise_param(X, y), backend=request.param, method="vi", num_steps=600, lr=0.05,
-                   num_samples=100, seed=1, progress=False)  # fmt: skip
+    post = bdl.fit(
+        noise_param(X, y),
+        backend=request.param,
+        method="vi",
+        num_steps=600,
+        lr=0.05,
+        num_samples=100,
+        seed=1,
+        progress=False,
+    )
     post.settings = {"method": "vi", "backend": request.param, "num_steps": 600, "lr": 0.05}
     path = post.save(tmp_path_factory.mktemp("vi") / "vi.nc")
     return post, path, X, y
@@ -124,8 +132,9 @@ def test_saved_file_is_an_arviz_file_with_plate_dims(vi_fit):
 
 def test_nuts_round_trip_keeps_sample_stats_and_dims(tmp_path):
     X, y = _data(30)
-    post = bdl.fit(same_dimension(X, y), num_warmup=30, num_samples=20, num_chains=1,
-                   progress=False)  # fmt: skip
+    post = bdl.fit(
+        same_dimension(X, y), num_warmup=30, num_samples=20, num_chains=1, progress=False
+    )
     back = bdl.load(post.save(tmp_path / "nuts.nc"), model=same_dimension(X, y))
     assert set(back.sample_stats) == set(post.sample_stats)
     for key, value in post.sample_stats.items():

@@ -80,8 +80,16 @@ def _data(n=64):
     return x, x @ np.array([1.0, -2.0]) + 0.5 * rng.normal(size=n)
 
 
-KW = dict(method="sghmc", num_warmup=30, num_samples=20, num_chains=4, seed=3, step_size=1e-3,
-          batch_size=16, progress=False)  # fmt: skip
+KW = dict(
+    method="sghmc",
+    num_warmup=30,
+    num_samples=20,
+    num_chains=4,
+    seed=3,
+    step_size=1e-3,
+    batch_size=16,
+    progress=False,
+)
 
 
 #: The fits in one process that the Ray runs are compared with, by backend (made once).
@@ -97,8 +105,9 @@ def _here(backend):
 def _fit(backend, **kw):
     with warnings.catch_warnings():  # 20 draws: the ESS check says so
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)
-        return bdl.fit(regression(*_data(), kw.pop("marker", None)), backend=backend,
-                       **dict(KW, **kw))  # fmt: skip
+        return bdl.fit(
+            regression(*_data(), kw.pop("marker", None)), backend=backend, **dict(KW, **kw)
+        )
 
 
 def _same_chains(got, want, chains):
@@ -223,8 +232,17 @@ def test_ensemble_members_as_ray_tasks_are_the_members_fitted_here(local_ray):
     """Four members of an anchored ensemble as two Ray tasks of two members, merged: the
     members, their losses at every step, sample stats, settings and findings of the ensemble
     fitted in this process, bit for bit (Pyro: members one after another)."""
-    options = dict(backend="pyro", method="ensemble", num_members=4, num_steps=40, lr=0.02,
-                   batch_size=16, seed=3, anchored=["w"], progress=False)  # fmt: skip
+    options = dict(
+        backend="pyro",
+        method="ensemble",
+        num_members=4,
+        num_steps=40,
+        lr=0.02,
+        batch_size=16,
+        seed=3,
+        anchored=["w"],
+        progress=False,
+    )
     with warnings.catch_warnings():  # 40 steps: the members' losses still fall, and it says so
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)
         here = bdl.fit(regression(*_data()), **options)
@@ -266,17 +284,30 @@ def test_the_executor_hands_ray_its_address_resources_and_runtime_env(monkeypatc
     )
     monkeypatch.setattr(ray, "put", lambda value: calls.setdefault("put", ["ref"]))
     monkeypatch.setattr(ray, "remote", Remote)
-    monkeypatch.setattr(RayExecutor, "_collect", lambda self, ray, refs, groups, progress: [
-        GroupResult(g, reason="cancelled", message="not run") for g in groups])  # fmt: skip
-    executor = RayExecutor(address=address, resources={"num_cpus": 2, "memory": 2**30,
-                                                       "disk": 1}, max_retries=3,
-                           runtime_env={"env_vars": {"OMP_NUM_THREADS": "2"}})  # fmt: skip
+    monkeypatch.setattr(
+        RayExecutor,
+        "_collect",
+        lambda self, ray, refs, groups, progress: [
+            GroupResult(g, reason="cancelled", message="not run") for g in groups
+        ],
+    )
+    executor = RayExecutor(
+        address=address,
+        resources={"num_cpus": 2, "memory": 2**30, "disk": 1},
+        max_retries=3,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "2"}},
+    )
     with pytest.raises(ExecutorError, match="2 groups of chains unfinished"):
         _fit("pyro", executor=executor)
-    assert calls["init"] == dict(address=address, runtime_env={"env_vars": {"OMP_NUM_THREADS": "2"}},
-                                 include_dashboard=False, logging_level="WARNING")  # fmt: skip
-    assert calls["options"] == dict(max_retries=3, retry_exceptions=False,
-                                    resources={"disk": 1}, num_cpus=2, memory=2**30)  # fmt: skip
+    assert calls["init"] == dict(
+        address=address,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "2"}},
+        include_dashboard=False,
+        logging_level="WARNING",
+    )
+    assert calls["options"] == dict(
+        max_retries=3, retry_exceptions=False, resources={"disk": 1}, num_cpus=2, memory=2**30
+    )
     assert [task[1] for task in calls["tasks"]] == [[0, 1], [2, 3]]
     assert all(task[0] is calls["put"] for task in calls["tasks"])  # the data, put once
 

@@ -20,8 +20,16 @@ def fits():
     model = bnn.make_bnn_regression(hidden=(8,))
     out = {}
     for backend in bdl.backends.available():
-        out[backend] = bdl.fit(model(X, y), backend=backend, method="vi", num_steps=300,
-                               lr=0.02, num_samples=40, seed=0, progress=False)  # fmt: skip
+        out[backend] = bdl.fit(
+            model(X, y),
+            backend=backend,
+            method="vi",
+            num_steps=300,
+            lr=0.02,
+            num_samples=40,
+            seed=0,
+            progress=False,
+        )
     return model, X, y, out
 
 
@@ -34,11 +42,26 @@ def test_log_likelihood_is_computed_when_read_and_in_chunks(backend, fits, monke
     assert whole.shape == (1, 40, 60) and "(computed)" in repr(post.log_likelihood)
     # The same values in chunks of 3 draws (REPLAY_POINTS / 60 points = 3).
     monkeypatch.setattr(common, "REPLAY_POINTS", 180)
-    again = bdl.fit(model(X, y), backend=backend, method="vi", num_steps=300, lr=0.02,
-                    num_samples=40, seed=0, progress=False)  # fmt: skip
+    again = bdl.fit(
+        model(X, y),
+        backend=backend,
+        method="vi",
+        num_steps=300,
+        lr=0.02,
+        num_samples=40,
+        seed=0,
+        progress=False,
+    )
     np.testing.assert_allclose(again.log_likelihood["y"], whole, rtol=1e-5, atol=1e-6)
-    skipped = bdl.fit(model(X, y), backend=backend, method="vi", num_steps=10, num_samples=4,
-                      progress=False, log_likelihood=False)  # fmt: skip
+    skipped = bdl.fit(
+        model(X, y),
+        backend=backend,
+        method="vi",
+        num_steps=10,
+        num_samples=4,
+        progress=False,
+        log_likelihood=False,
+    )
     assert dict(skipped.log_likelihood) == {}
     assert "log_likelihood" not in skipped.to_arviz().groups()
 

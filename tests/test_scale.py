@@ -65,8 +65,12 @@ def _virtual(names, device="cpu:*", shard=None, count=4) -> dict:
 
 def _script(code: str, count: int = 4) -> str:
     """Run ``code`` on ``count`` virtual CPU devices; its stdout."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_env(count),
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=_env(count),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -278,16 +282,25 @@ def test_what_torch_does_not_spread_over_devices_is_a_clear_error():
     device); VI's fits are not spread over devices (refused, naming what is); no CUDA here."""
     torch = pytest.importorskip("torch")
     bound = scale_fits.regression(*scale_fits.data())
-    options = dict(backend="pyro", method="sgld", step_size=1e-3, batch_size=8, num_warmup=5,
-                   num_samples=5, num_chains=2, progress=False)  # fmt: skip
+    options = dict(
+        backend="pyro",
+        method="sgld",
+        step_size=1e-3,
+        batch_size=8,
+        num_warmup=5,
+        num_samples=5,
+        num_chains=2,
+        progress=False,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for device in (["cpu"], "cpu:*"):
             post = bdl.fit(bound, device=device, **options)
             assert post.samples["w"].shape == (2, 5, 2) and post.settings["device"] == "cpu"
     with pytest.raises(bdl.BackendError, match="VI's num_chains fits") as info:
-        bdl.fit(bound, backend="pyro", method="vi", num_steps=5, device=["cpu", "cpu"],
-                progress=False)  # fmt: skip
+        bdl.fit(
+            bound, backend="pyro", method="vi", num_steps=5, device=["cpu", "cpu"], progress=False
+        )
     assert "one worker process per device" in str(info.value)
     with pytest.raises(bdl.ConfigError, match="one worker process per device"):
         bdl.fit(bound, device=["cpu", "cpu"], executor="ray", **options)
@@ -310,8 +323,17 @@ Y = np.random.default_rng(0).normal(1.0, 1.0, size=200)
 def _vi(backend, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return bdl.fit(mean_model(Y), backend=backend, method="vi", num_steps=300, lr=0.05,
-                       batch_size=20, num_samples=400, progress=False, **options)  # fmt: skip
+        return bdl.fit(
+            mean_model(Y),
+            backend=backend,
+            method="vi",
+            num_steps=300,
+            lr=0.05,
+            batch_size=20,
+            num_samples=400,
+            progress=False,
+            **options,
+        )
 
 
 def test_vi_fits_run_as_chains(backend):
@@ -339,9 +361,19 @@ def test_each_vi_fit_cuts_its_own_lr_on_its_plateau(backend):
     cuts and draws what it draws, and the second cuts at its own steps. (The fits start from
     prior draws, far apart, so that their losses flatten at different segments: from the prior
     median both flatten at the same ones.)"""
-    options = dict(backend=backend, method="vi", num_steps=800, lr=0.05, batch_size=20, seed=0,
-                   init_loc="prior", num_samples=100, progress=False, schedule="plateau",
-                   plateau_patience=1)  # fmt: skip
+    options = dict(
+        backend=backend,
+        method="vi",
+        num_steps=800,
+        lr=0.05,
+        batch_size=20,
+        seed=0,
+        init_loc="prior",
+        num_samples=100,
+        progress=False,
+        schedule="plateau",
+        plateau_patience=1,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         one = bdl.fit(mean_model(Y), **options)

@@ -45,12 +45,21 @@ def _gloo(names, world: int = 2) -> list[dict]:
         outs = [Path(tmp) / f"rank{r}.npz" for r in range(world)]
         procs = []
         for rank, out in enumerate(outs):
-            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       OMP_NUM_THREADS="1")  # fmt: skip
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+            )
             cmd = [sys.executable, str(HERE / "scale_fits.py"), "--torch", str(out), *names]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+            )
         for proc in procs:
             _, err = proc.communicate(timeout=600)
             assert proc.returncode == 0, err[-4000:]
@@ -85,8 +94,15 @@ def test_data_parallel_torch_outside_a_process_group_says_how_to_start_one(monke
     for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
     bound = scale_fits.regression(*scale_fits.data())
-    options = dict(backend="pyro", method="sgld", step_size=1e-3, batch_size=8, num_warmup=5,
-                   num_samples=5, progress=False)  # fmt: skip
+    options = dict(
+        backend="pyro",
+        method="sgld",
+        step_size=1e-3,
+        batch_size=8,
+        num_warmup=5,
+        num_samples=5,
+        progress=False,
+    )
     with pytest.raises(bdl.BackendError, match="torchrun --nproc_per_node=2"):
         bdl.fit(bound, device=["cpu", "cpu"], shard="data", **options)
     with warnings.catch_warnings():

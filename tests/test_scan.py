@@ -44,10 +44,12 @@ def test_log_density_is_the_sum_over_steps(backend):
     u_rho, u_sigma = 0.4, -0.3
     rho, sigma = np.tanh(u_rho / 2), np.exp(u_sigma)  # Uniform(-1, 1): 2 sigmoid(u) - 1
     expected = (
-        np.log(0.5) + np.log((1 - rho**2) / 2)  # prior and Jacobian d rho / d u
-        + stats.halfnorm.logpdf(sigma) + u_sigma
+        np.log(0.5)
+        + np.log((1 - rho**2) / 2)  # prior and Jacobian d rho / d u
+        + stats.halfnorm.logpdf(sigma)
+        + u_sigma
         + stats.norm.logpdf(Y[1:], rho * Y[:-1], sigma).sum()
-    )  # fmt: skip
+    )
     assert -_potential(ar1(Y), backend, [u_rho, u_sigma]) == pytest.approx(expected, rel=1e-6)
 
 
@@ -64,8 +66,10 @@ def test_sites_in_a_scan_are_stacked_over_time(backend):
     y = timeseries.simulate_volatility(7, -1.0, 0.9, 0.3, seed=0)
     sites = trace_model(timeseries.stochastic_volatility(y), bdl.backends.get(backend))
     assert {n: np.shape(s.value) for n, s in sites.items() if s.extra.get("scan")} == {
-        "h_std": (7,), "h": (7,), "y": (7,),
-    }  # fmt: skip
+        "h_std": (7,),
+        "h": (7,),
+        "y": (7,),
+    }
     assert np.shape(sites["y"].log_prob) == (7,)
     dims = site_dims(sites)
     assert dims["h_std"] == ["time"] and dims["h"] == ["time"] and dims["y"] == ["time"]
@@ -160,10 +164,15 @@ def test_ar_k_with_scan_matches_posteriordb_reference(backend):
 
     data = pdb.load_data("arK-arK")
     reference = pdb.load_reference("arK-arK")
-    settings = dict(num_warmup=500 if backend == "pyro" else 1000, num_samples=1000,
-                    num_chains=4, dense_mass=True)  # fmt: skip
-    post = bdl.fit(timeseries.ar_k(data["y"], data["K"]), backend=backend, seed=0,
-                   progress=False, **settings)  # fmt: skip
+    settings = dict(
+        num_warmup=500 if backend == "pyro" else 1000,
+        num_samples=1000,
+        num_chains=4,
+        dense_mass=True,
+    )
+    post = bdl.fit(
+        timeseries.ar_k(data["y"], data["K"]), backend=backend, seed=0, progress=False, **settings
+    )
     failures = check_against_reference(post, reference)
     assert not failures, "\n".join(failures)
 
@@ -195,14 +204,26 @@ def test_stochastic_volatility_matches_a_native_numpyro_run():
 
         scan(step, mu, jnp.arange(len(y)))
 
-    mcmc = numpyro.infer.MCMC(numpyro.infer.NUTS(native, target_accept_prob=0.9),
-                              num_warmup=1000, num_samples=1000, num_chains=4,
-                              progress_bar=False, chain_method="sequential")  # fmt: skip
+    mcmc = numpyro.infer.MCMC(
+        numpyro.infer.NUTS(native, target_accept_prob=0.9),
+        num_warmup=1000,
+        num_samples=1000,
+        num_chains=4,
+        progress_bar=False,
+        chain_method="sequential",
+    )
     mcmc.run(jax.random.PRNGKey(1), jnp.asarray(y))
     theirs = mcmc.get_samples(group_by_chain=True)
-    ours = bdl.fit(timeseries.stochastic_volatility(y), backend="numpyro", seed=0,
-                   progress=False, num_warmup=1000, num_samples=1000, num_chains=4,
-                   target_accept=0.9).samples  # fmt: skip
+    ours = bdl.fit(
+        timeseries.stochastic_volatility(y),
+        backend="numpyro",
+        seed=0,
+        progress=False,
+        num_warmup=1000,
+        num_samples=1000,
+        num_chains=4,
+        target_accept=0.9,
+    ).samples
     for name in ("mu", "phi", "sigma"):
         a, b = np.asarray(ours[name]), np.asarray(theirs[name])
         mcse = np.hypot(float(az.mcse(a)), float(az.mcse(b)))

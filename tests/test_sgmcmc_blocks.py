@@ -69,14 +69,18 @@ def test_blocks_draw_what_the_flat_vector_draws(backend):
         with be.scope(), be.activate():
             flat, flat_infos = _run(be, kernel, be.asarray(start))
             blocks, block_infos = _run(be, kernel, layout.blocks(be.asarray(start), be))
-            joined = {k: be.to_numpy(layout.join(v, be)) for k, v in blocks.items()
-                      if isinstance(v, tuple)}  # fmt: skip
+            joined = {
+                k: be.to_numpy(layout.join(v, be))
+                for k, v in blocks.items()
+                if isinstance(v, tuple)
+            }
         shapes = [tuple(b.shape) for b in blocks["position"]]
         assert shapes == [s.unconstrained_shape for s in layout.slots], name
         assert set(joined) == {k for k in flat if k != "count"}, name
         for k, value in joined.items():
-            np.testing.assert_allclose(value, be.to_numpy(flat[k]), rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{name} {k}")  # fmt: skip
+            np.testing.assert_allclose(
+                value, be.to_numpy(flat[k]), rtol=1e-5, atol=1e-6, err_msg=f"{name} {k}"
+            )
         moved = np.abs(joined["position"] - start).max()
         assert moved > 1e-3, (name, moved)  # the chain moved: the comparison is not vacuous
         for a, b in zip(flat_infos, block_infos, strict=True):
@@ -105,5 +109,6 @@ def test_a_mass_of_the_wrong_length_is_refused(backend):
     be = bdl.backends.get(backend)
     kernel = bdl.kernels.get("sghmc").factory(lambda p, _: (0.0, p), friction=1.0, mass=[1.0, 2.0])
     with be.activate(), pytest.raises(ConfigError, match="mass has 2 entries.*3 unconstrained"):
-        kernel.step(bdl.random.key(0), kernel.init((be.asarray([1.0]), be.asarray([1.0, 2.0]))),
-                    None, 0.1)  # fmt: skip
+        kernel.step(
+            bdl.random.key(0), kernel.init((be.asarray([1.0]), be.asarray([1.0, 2.0]))), None, 0.1
+        )

@@ -81,10 +81,18 @@ def _variance_error(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> tuple[f
 
 def _fit(backend, control_variate, X, y):
     post = bdl.fit(
-        linear_regression_known_noise(X, y, noise=DIABETES_NOISE), backend=backend,
-        method="sgld", step_size=STEP, batch_size=BATCH, control_variate=control_variate,
-        num_warmup=500, num_samples=20_000, num_chains=2, seed=1, progress=False,
-    )  # fmt: skip
+        linear_regression_known_noise(X, y, noise=DIABETES_NOISE),
+        backend=backend,
+        method="sgld",
+        step_size=STEP,
+        batch_size=BATCH,
+        control_variate=control_variate,
+        num_warmup=500,
+        num_samples=20_000,
+        num_chains=2,
+        seed=1,
+        progress=False,
+    )
     return post.samples["w"].astype(np.float64), post
 
 
@@ -119,11 +127,20 @@ def test_svrg_sgd_lands_on_the_posterior_mode_where_sgd_stalls(backend):
     errors = {}
     for control_variate in (None, "svrg"):
         post = bdl.fit(
-            linear_regression_known_noise(X, y, noise=NOISE), backend=backend, method="sgld",
-            temperature=0.0, step_size=STEP, batch_size=BATCH, control_variate=control_variate,
-            num_warmup=300, num_samples=100, num_chains=1, seed=0, init={"w": np.zeros(10)},
+            linear_regression_known_noise(X, y, noise=NOISE),
+            backend=backend,
+            method="sgld",
+            temperature=0.0,
+            step_size=STEP,
+            batch_size=BATCH,
+            control_variate=control_variate,
+            num_warmup=300,
+            num_samples=100,
+            num_chains=1,
+            seed=0,
+            init={"w": np.zeros(10)},
             progress=False,
-        )  # fmt: skip
+        )
         errors[control_variate] = float((np.abs(post.samples["w"][0] - mean) / sd).max())
     assert errors["svrg"] < 1e-3 and errors[None] > 0.5, errors
 
@@ -134,9 +151,14 @@ def test_svrg_in_the_native_adapters_lands_on_the_mode(backend):
     X, y = _data()
     mean, cov = conjugate_posterior(X, y, NOISE, 1.0)
     kernel = bdl.native_kernel(
-        linear_regression_known_noise(X, y, noise=NOISE), backend, "sgld", step_size=STEP,
-        batch_size=BATCH, control_variate="svrg", temperature=0.0,
-    )  # fmt: skip
+        linear_regression_known_noise(X, y, noise=NOISE),
+        backend,
+        "sgld",
+        step_size=STEP,
+        batch_size=BATCH,
+        control_variate="svrg",
+        temperature=0.0,
+    )
     if backend == "numpyro":
         import jax
         from numpyro.infer import MCMC
@@ -157,11 +179,19 @@ def test_svrg_runs_every_kernel_and_a_stated_period(backend):
     X, y = _data()
     for method in ("sghmc", "psgld", "csgld"):
         post = bdl.fit(
-            linear_regression_known_noise(X[:100], y[:100], noise=NOISE), backend=backend,
-            method=method, step_size=1e-4, batch_size=10, control_variate="svrg",
-            anchor_period=5, num_warmup=20, num_samples=20, num_chains=1, seed=0,
+            linear_regression_known_noise(X[:100], y[:100], noise=NOISE),
+            backend=backend,
+            method=method,
+            step_size=1e-4,
+            batch_size=10,
+            control_variate="svrg",
+            anchor_period=5,
+            num_warmup=20,
+            num_samples=20,
+            num_chains=1,
+            seed=0,
             progress=False,
-        )  # fmt: skip
+        )
         assert post.samples["w"].shape == (1, 20, 10)
         assert np.isfinite(post.samples["w"]).all()
         assert post.settings["anchor_period"] == 5
@@ -179,6 +209,14 @@ def test_svrg_runs_every_kernel_and_a_stated_period(backend):
 def test_control_variate_bad_settings(options, match):
     X, y = _data()
     with pytest.raises(ConfigError, match=match):
-        bdl.fit(linear_regression_known_noise(X, y), backend="numpyro", method="sgld",
-                step_size=1e-4, num_warmup=2, num_samples=2, num_chains=1, progress=False,
-                **options)  # fmt: skip
+        bdl.fit(
+            linear_regression_known_noise(X, y),
+            backend="numpyro",
+            method="sgld",
+            step_size=1e-4,
+            num_warmup=2,
+            num_samples=2,
+            num_chains=1,
+            progress=False,
+            **options,
+        )

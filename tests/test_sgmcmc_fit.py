@@ -49,9 +49,17 @@ BLR_SETTINGS = {
 def test_conjugate_linear_regression_recovered(backend, method):
     X, y, mean, sd = _blr_data()
     post = bdl.fit(
-        blr(X, y), backend=backend, method=method, batch_size=50, num_warmup=1000,
-        num_samples=4000, num_chains=2, seed=0, progress=False, **BLR_SETTINGS[method],
-    )  # fmt: skip
+        blr(X, y),
+        backend=backend,
+        method=method,
+        batch_size=50,
+        num_warmup=1000,
+        num_samples=4000,
+        num_chains=2,
+        seed=0,
+        progress=False,
+        **BLR_SETTINGS[method],
+    )
     w = post.samples["w"].reshape(-1, 2)
     # ~200 effective draws: the MC standard error is ~0.07 sd for the mean and ~5% for the sd;
     # the step size and the minibatch noise inflate the sd by a few percent more (pSGLD, which
@@ -64,12 +72,22 @@ def test_conjugate_linear_regression_recovered(backend, method):
 @pytest.mark.parametrize("method", sorted(BLR_SETTINGS))
 def test_gaussian_target_full_batch(backend, method):
     # Curvature 1/sd² = 0.25: αλ ≈ 0.05 (psgld's preconditioner is ≈ 2 here).
-    settings = {"sgld": dict(step_size=0.2), "sghmc": dict(step_size=0.1, momentum_decay=0.5),
-                "psgld": dict(step_size=0.1)}[method]  # fmt: skip
+    settings = {
+        "sgld": dict(step_size=0.2),
+        "sghmc": dict(step_size=0.1, momentum_decay=0.5),
+        "psgld": dict(step_size=0.1),
+    }[method]
     post = bdl.fit(
-        gaussian(1.0, 2.0), backend=backend, method=method, num_warmup=200, num_samples=4000,
-        num_chains=2, seed=1, progress=False, **settings,
-    )  # fmt: skip
+        gaussian(1.0, 2.0),
+        backend=backend,
+        method=method,
+        num_warmup=200,
+        num_samples=4000,
+        num_chains=2,
+        seed=1,
+        progress=False,
+        **settings,
+    )
     x = post.samples["x"]
     # ~150-200 effective draws (psgld's fewest): the tolerance is 4 MC standard errors of the
     # mean at the run's own ESS (about 0.6), and 20% for the sd.
@@ -81,9 +99,18 @@ def test_gaussian_target_full_batch(backend, method):
 def test_shapes_thinning_stats_and_arviz(backend):
     X, y, _, _ = _blr_data()
     post = bdl.fit(
-        blr(X, y), backend=backend, method="sghmc", step_size=2e-4, batch_size=20, num_warmup=50,
-        num_samples=30, thinning=3, num_chains=2, seed=0, progress=False,
-    )  # fmt: skip
+        blr(X, y),
+        backend=backend,
+        method="sghmc",
+        step_size=2e-4,
+        batch_size=20,
+        num_warmup=50,
+        num_samples=30,
+        thinning=3,
+        num_chains=2,
+        seed=0,
+        progress=False,
+    )
     assert post.samples["w"].shape == (2, 30, 2)
     assert set(post.sample_stats) == {"step_size", "grad_norm", "kinetic_energy", "potential"}
     assert all(v.shape == (2, 30) for v in post.sample_stats.values())
@@ -93,8 +120,16 @@ def test_shapes_thinning_stats_and_arviz(backend):
 
 def test_same_seed_same_draws_and_chains_independent_of_count(backend):
     X, y, _, _ = _blr_data()
-    kw = dict(backend=backend, method="sgld", step_size=5e-4, batch_size=20, num_warmup=20,
-              num_samples=20, seed=3, progress=False)  # fmt: skip
+    kw = dict(
+        backend=backend,
+        method="sgld",
+        step_size=5e-4,
+        batch_size=20,
+        num_warmup=20,
+        num_samples=20,
+        seed=3,
+        progress=False,
+    )
     a = bdl.fit(blr(X, y), num_chains=2, **kw).samples["w"]
     b = bdl.fit(blr(X, y), num_chains=2, **kw).samples["w"]
     one = bdl.fit(blr(X, y), num_chains=1, **kw).samples["w"]
@@ -107,9 +142,19 @@ def test_same_seed_same_draws_and_chains_independent_of_count(backend):
 def test_cyclical_keeps_draws_only_in_sampling_stages(backend, method):
     X, y, _, _ = _blr_data()
     post = bdl.fit(
-        blr(X, y), backend=backend, method=method, step_size=2e-4, batch_size=50, num_warmup=10,
-        num_samples=40, num_cycles=2, thinning=2, num_chains=1, seed=0, progress=False,
-    )  # fmt: skip
+        blr(X, y),
+        backend=backend,
+        method=method,
+        step_size=2e-4,
+        batch_size=50,
+        num_warmup=10,
+        num_samples=40,
+        num_cycles=2,
+        thinning=2,
+        num_chains=1,
+        seed=0,
+        progress=False,
+    )
     assert post.samples["w"].shape == (1, 40, 2)
     assert np.all(post.sample_stats["exploring"] == 0.0)
     total, keep = _cyclical_plan(10, 80, 2, 0.8)
@@ -120,10 +165,18 @@ def test_schedules_through_fit(backend):
     X, y, _, _ = _blr_data()
     for schedule in ("polynomial", "cyclical"):
         post = bdl.fit(
-            blr(X, y), backend=backend, method="sgld", step_size=5e-4, schedule=schedule,
-            num_cycles=2, batch_size=50, num_warmup=10, num_samples=20, num_chains=1,
+            blr(X, y),
+            backend=backend,
+            method="sgld",
+            step_size=5e-4,
+            schedule=schedule,
+            num_cycles=2,
+            batch_size=50,
+            num_warmup=10,
+            num_samples=20,
+            num_chains=1,
             progress=False,
-        )  # fmt: skip
+        )
         sizes = post.sample_stats["step_size"][0]
         assert np.all(np.diff(sizes) < 0) if schedule == "polynomial" else sizes.max() <= 5e-4
 
@@ -158,9 +211,18 @@ def test_user_registered_kernel_runs_through_fit(backend):
     assert "sgnht" in bdl.kernels.available()
     X, y, mean, sd = _blr_data()
     post = bdl.fit(
-        blr(X, y), backend=backend, method="sgnht", step_size=2e-4, batch_size=50, num_warmup=500,
-        num_samples=1500, num_chains=2, seed=0, progress=False, diffusion=0.5,
-    )  # fmt: skip
+        blr(X, y),
+        backend=backend,
+        method="sgnht",
+        step_size=2e-4,
+        batch_size=50,
+        num_warmup=500,
+        num_samples=1500,
+        num_chains=2,
+        seed=0,
+        progress=False,
+        diffusion=0.5,
+    )
     w = post.samples["w"].reshape(-1, 2)
     np.testing.assert_array_less(np.abs(w.mean(0) - mean) / sd, 0.5)
     assert "thermostat" in post.sample_stats
@@ -186,10 +248,23 @@ def _modes_visited(x: np.ndarray) -> int:
 def _compare_modes(backend: str):
     cycles, exploration, step = 10, 0.5, 1.5
     total, _ = _cyclical_plan(0, 1000, cycles, exploration)
-    common = dict(backend=backend, num_warmup=0, num_chains=4, seed=0, progress=False,
-                  init={"x": np.array([0.3, 0.2])}, step_size=step)  # fmt: skip
-    csgld = bdl.fit(mixture(CENTERS), method="csgld", num_samples=1000, num_cycles=cycles,
-                    exploration=exploration, **common)  # fmt: skip
+    common = dict(
+        backend=backend,
+        num_warmup=0,
+        num_chains=4,
+        seed=0,
+        progress=False,
+        init={"x": np.array([0.3, 0.2])},
+        step_size=step,
+    )
+    csgld = bdl.fit(
+        mixture(CENTERS),
+        method="csgld",
+        num_samples=1000,
+        num_cycles=cycles,
+        exploration=exploration,
+        **common,
+    )
     # The same number of gradient evaluations (steps) for SGLD with a decaying step size.
     sgld = bdl.fit(
         mixture(CENTERS), method="sgld", schedule="polynomial", num_samples=total, **common
@@ -231,25 +306,59 @@ def with_discrete(y):
 def test_bad_settings(backend, options, error, match):
     X, y, _, _ = _blr_data()
     with pytest.raises(error, match=match):
-        bdl.fit(blr(X, y), backend=backend, method="sgld", num_warmup=5, num_samples=5,
-                num_chains=1, progress=False, **options)  # fmt: skip
+        bdl.fit(
+            blr(X, y),
+            backend=backend,
+            method="sgld",
+            num_warmup=5,
+            num_samples=5,
+            num_chains=1,
+            progress=False,
+            **options,
+        )
 
 
 def test_discrete_latents_are_summed_out_on_full_batches_and_refused_with_minibatches(backend):
     y = np.random.default_rng(0).normal(size=20)
-    post = bdl.fit(with_discrete(y), backend=backend, method="sghmc", step_size=1e-3,
-                   num_warmup=5, num_samples=5, num_chains=1, progress=False)  # fmt: skip
+    post = bdl.fit(
+        with_discrete(y),
+        backend=backend,
+        method="sghmc",
+        step_size=1e-3,
+        num_warmup=5,
+        num_samples=5,
+        num_chains=1,
+        progress=False,
+    )
     assert set(np.unique(post.samples["z"])) <= {0, 1}  # drawn from p(z | mu, y) per draw
     with pytest.raises(bdl.ConfigError, match=r"discrete latent sites \['z'\].*without batch_size"):
-        bdl.fit(with_discrete(y), backend=backend, method="sghmc", step_size=1e-3, batch_size=5,
-                num_warmup=5, num_samples=5, num_chains=1, progress=False)  # fmt: skip
+        bdl.fit(
+            with_discrete(y),
+            backend=backend,
+            method="sghmc",
+            step_size=1e-3,
+            batch_size=5,
+            num_warmup=5,
+            num_samples=5,
+            num_chains=1,
+            progress=False,
+        )
 
 
 def test_diverging_in_warmup_names_kernel_step_and_step_size(backend):
     X, y, _, _ = _blr_data()
     with pytest.raises(bdl.InferenceError) as info:
-        bdl.fit(blr(X, y), backend=backend, method="sghmc", step_size=0.5, batch_size=50,
-                num_warmup=500, num_samples=50, num_chains=2, progress=False)  # fmt: skip
+        bdl.fit(
+            blr(X, y),
+            backend=backend,
+            method="sghmc",
+            step_size=0.5,
+            batch_size=50,
+            num_warmup=500,
+            num_samples=50,
+            num_chains=2,
+            progress=False,
+        )
     message = str(info.value)
     assert "'sghmc'" in message and "at step" in message and "step size 0.5" in message
     assert "smaller step_size" in message and "No draws were kept" in message
@@ -260,9 +369,19 @@ def test_diverging_chain_partial_posterior(backend):
     X, y, _, _ = _blr_data()
     # Stable for the first steps of the cycle-free run, then the step size is far too large.
     with pytest.raises(bdl.InferenceError) as info:
-        bdl.fit(blr(X, y), backend=backend, method="sgld", step_size=0.5, batch_size=50,
-                num_warmup=0, num_samples=200, num_chains=1, seed=0, progress=False,
-                init={"w": np.array([0.45, -0.2])})  # fmt: skip
+        bdl.fit(
+            blr(X, y),
+            backend=backend,
+            method="sgld",
+            step_size=0.5,
+            batch_size=50,
+            num_warmup=0,
+            num_samples=200,
+            num_chains=1,
+            seed=0,
+            progress=False,
+            init={"w": np.array([0.45, -0.2])},
+        )
     err = info.value
     assert "step size 0.5" in str(err)
     assert err.partial is not None
@@ -289,9 +408,19 @@ def test_csghmc_crosses_into_its_second_cycle(backend):
     """Two cycles of 107 steps: the run used to stop at step 107 on NumPyro (a step size of 0
     made the kinetic energy infinite)."""
     y = np.random.default_rng(0).normal(size=600)
-    post = bdl.fit(_mean3(y), backend=backend,
-                   method="csghmc", step_size=1e-4, num_cycles=2, num_warmup=0, num_samples=8,
-                   thinning=5, num_chains=1, batch_size=50, progress=False)  # fmt: skip
+    post = bdl.fit(
+        _mean3(y),
+        backend=backend,
+        method="csghmc",
+        step_size=1e-4,
+        num_cycles=2,
+        num_warmup=0,
+        num_samples=8,
+        thinning=5,
+        num_chains=1,
+        batch_size=50,
+        progress=False,
+    )
     assert np.all(np.isfinite(post.sample_stats["kinetic_energy"]))
     assert post.samples["mu"].shape == (1, 8, 3)
 

@@ -25,8 +25,12 @@ def data():
     return X, y, cov @ X.T @ y, np.sqrt(np.diag(cov))
 
 
-SETTINGS = {"sgld": dict(step_size=5e-4), "sghmc": dict(step_size=2e-4, momentum_decay=0.5),
-            "psgld": dict(step_size=5e-3), "csgld": dict(step_size=5e-4, num_steps=1000)}  # fmt: skip
+SETTINGS = {
+    "sgld": dict(step_size=5e-4),
+    "sghmc": dict(step_size=2e-4, momentum_decay=0.5),
+    "psgld": dict(step_size=5e-3),
+    "csgld": dict(step_size=5e-4, num_steps=1000),
+}
 
 
 @pytest.mark.parametrize("method", sorted(SETTINGS))
@@ -36,12 +40,16 @@ def test_numpyro_mcmc_drives_our_kernel(data, method):
     from numpyro.infer.mcmc import MCMCKernel
 
     X, y, mean, sd = data
-    kernel = bdl.native_kernel(
-        blr(X, y), "numpyro", method, batch_size=50, **SETTINGS[method]
-    )
+    kernel = bdl.native_kernel(blr(X, y), "numpyro", method, batch_size=50, **SETTINGS[method])
     assert isinstance(kernel, MCMCKernel)
-    mcmc = MCMC(kernel, num_warmup=300, num_samples=700, num_chains=2, chain_method="sequential",
-                progress_bar=False)  # fmt: skip
+    mcmc = MCMC(
+        kernel,
+        num_warmup=300,
+        num_samples=700,
+        num_chains=2,
+        chain_method="sequential",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0))
     w = np.asarray(mcmc.get_samples()["w"])
     assert w.shape == (1400, 2)

@@ -37,8 +37,18 @@ def test_auto_works_where_the_old_docs_value_diverged(backend, method):
     20 hidden units. With the default (auto) step size the fit runs and the chosen value is kept."""
     X, y = regression.sine_data()
     model = bnn.make_bnn_regression(hidden=(20,))
-    post = bdl.fit(model(X, y), backend=backend, method=method, batch_size=20, num_warmup=500,
-                   num_samples=200, num_chains=2, init="median", seed=0, progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(X, y),
+        backend=backend,
+        method=method,
+        batch_size=20,
+        num_warmup=500,
+        num_samples=200,
+        num_chains=2,
+        init="median",
+        seed=0,
+        progress=False,
+    )
     chosen = post.settings["step_size"]
     assert chosen in {g * SAFETY_FACTOR for g in GRID}
     assert np.all(np.isfinite(post.samples["net.0.weight"]))
@@ -59,8 +69,17 @@ def test_auto_recovers_a_conjugate_posterior(backend):
     y = np.random.default_rng(3).normal(2.0, 1.0, size=200)
     precision = 1 / 100 + y.size
     mean, sd = y.sum() / precision, 1 / np.sqrt(precision)
-    post = bdl.fit(gaussian_mean(y), backend=backend, method="sgld", batch_size=50,
-                   num_warmup=1000, num_samples=3000, num_chains=2, seed=1, progress=False)  # fmt: skip
+    post = bdl.fit(
+        gaussian_mean(y),
+        backend=backend,
+        method="sgld",
+        batch_size=50,
+        num_warmup=1000,
+        num_samples=3000,
+        num_chains=2,
+        seed=1,
+        progress=False,
+    )
     mu = post.samples["mu"].ravel()
     # A few hundred effective draws: the mean is within 0.3 sd; the sd within 25% (step-size bias
     # and minibatch noise inflate it a little).
@@ -76,25 +95,56 @@ def nowhere_finite():
 
 def test_auto_says_when_no_step_size_works(backend):
     with pytest.raises(bdl.InferenceError, match="found no step size"):
-        bdl.fit(nowhere_finite(), backend=backend, method="sgld", num_warmup=5, num_samples=5,
-                num_chains=1, progress=False)  # fmt: skip
+        bdl.fit(
+            nowhere_finite(),
+            backend=backend,
+            method="sgld",
+            num_warmup=5,
+            num_samples=5,
+            num_chains=1,
+            progress=False,
+        )
 
 
 def test_median_start_is_jittered_per_chain(backend):
     X, y = regression.sine_data()
-    post = bdl.fit(bnn.make_bnn_regression(hidden=(5,))(X, y), backend=backend, method="sgld",
-                   step_size=1e-6, num_warmup=0, num_samples=1, num_chains=3, init="median",
-                   progress=False)  # fmt: skip
+    post = bdl.fit(
+        bnn.make_bnn_regression(hidden=(5,))(X, y),
+        backend=backend,
+        method="sgld",
+        step_size=1e-6,
+        num_warmup=0,
+        num_samples=1,
+        num_chains=3,
+        init="median",
+        progress=False,
+    )
     w = post.samples["net.0.weight"][:, 0]
     assert not np.allclose(w[0], w[1]) and np.abs(w).max() < 1.0  # near the prior's centre (0)
 
 
 def test_a_vi_fit_starts_the_chains(backend):
     y = np.random.default_rng(3).normal(2.0, 1.0, size=100)
-    vi = bdl.fit(gaussian_mean(y), backend=backend, method="vi", num_steps=500, lr=0.05,
-                 num_samples=4, progress=False)  # fmt: skip
-    post = bdl.fit(gaussian_mean(y), backend=backend, method="sgld", step_size=1e-5,
-                   num_warmup=0, num_samples=1, num_chains=4, init=vi, progress=False)  # fmt: skip
+    vi = bdl.fit(
+        gaussian_mean(y),
+        backend=backend,
+        method="vi",
+        num_steps=500,
+        lr=0.05,
+        num_samples=4,
+        progress=False,
+    )
+    post = bdl.fit(
+        gaussian_mean(y),
+        backend=backend,
+        method="sgld",
+        step_size=1e-5,
+        num_warmup=0,
+        num_samples=1,
+        num_chains=4,
+        init=vi,
+        progress=False,
+    )
     # one SGLD step of 1e-5 from each of the VI draws
     np.testing.assert_allclose(post.samples["mu"][:, 0], vi.samples["mu"][0], atol=0.05)
 
@@ -121,7 +171,17 @@ def test_a_uci_bnn_started_from_the_prior_runs(backend):
     from the same points and picks a step size they survive."""
     X, y = _uci("concrete")
     model = bnn.make_bnn_regression(hidden=(50,), activation="relu")
-    post = bdl.fit(model(X, y), backend=backend, method="sghmc", batch_size=32, num_warmup=1000,
-                   num_samples=200, num_chains=2, init="prior", seed=0, progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(X, y),
+        backend=backend,
+        method="sghmc",
+        batch_size=32,
+        num_warmup=1000,
+        num_samples=200,
+        num_chains=2,
+        init="prior",
+        seed=0,
+        progress=False,
+    )
     assert np.all(np.isfinite(post.samples["net.0.weight"]))
     assert post.predict(model(X)).rmse(y) < 0.9

@@ -24,8 +24,14 @@ def plate_of(y, n):
 def test_data_shorter_than_its_plate_is_an_error(backend):
     """JAX clamps out-of-range gathers: 8 values in a plate of 11 were read as [0..7, 7, 7, 7]."""
     with pytest.raises(bdl.DataError, match=r"(?s)past its end.*'data' \(size 11\)"):
-        bdl.fit(plate_of(np.arange(8.0), 11), backend=backend, num_warmup=5, num_samples=5,
-                num_chains=1, progress=False)  # fmt: skip
+        bdl.fit(
+            plate_of(np.arange(8.0), 11),
+            backend=backend,
+            num_warmup=5,
+            num_samples=5,
+            num_chains=1,
+            progress=False,
+        )
 
 
 @bdl.model
@@ -39,8 +45,15 @@ def unindexed(y):
 def test_a_minibatched_site_must_be_indexed_by_its_plate(backend, method):
     options = dict(num_steps=5) if method == "vi" else dict(step_size=1e-3, num_warmup=5)
     with pytest.raises(bdl.ConfigError, match=r"batch_size=4.*obs=y\[idx\]"):
-        bdl.fit(unindexed(np.arange(8.0)), backend=backend, method=method, batch_size=4,
-                num_samples=5, progress=False, **options)  # fmt: skip
+        bdl.fit(
+            unindexed(np.arange(8.0)),
+            backend=backend,
+            method=method,
+            batch_size=4,
+            num_samples=5,
+            progress=False,
+            **options,
+        )
 
 
 def test_num_chains_for_vi_runs_independent_fits(backend):
@@ -56,8 +69,16 @@ def test_num_chains_for_vi_runs_independent_fits(backend):
 
 
 def test_nuts_without_warmup_uses_the_step_size_given(backend):
-    post = bdl.fit(plate_of(np.zeros(5), 5), backend=backend, method="nuts", step_size=3.0,
-                   num_warmup=0, num_samples=5, num_chains=1, progress=False)  # fmt: skip
+    post = bdl.fit(
+        plate_of(np.zeros(5), 5),
+        backend=backend,
+        method="nuts",
+        step_size=3.0,
+        num_warmup=0,
+        num_samples=5,
+        num_chains=1,
+        progress=False,
+    )
     np.testing.assert_allclose(post.sample_stats["step_size"], 3.0)
 
 
@@ -73,8 +94,17 @@ def turns_nan(y):
 def test_a_likelihood_turning_nan_midway_stops_sgld(backend):
     y = np.full(20, 4.0)
     with pytest.raises(bdl.InferenceError, match="non-finite") as info:
-        bdl.fit(turns_nan(y), backend=backend, method="sgld", step_size=1e-3, num_warmup=0,
-                num_samples=2000, num_chains=1, init={"mu": 0.0}, progress=False)  # fmt: skip
+        bdl.fit(
+            turns_nan(y),
+            backend=backend,
+            method="sgld",
+            step_size=1e-3,
+            num_warmup=0,
+            num_samples=2000,
+            num_chains=1,
+            init={"mu": 0.0},
+            progress=False,
+        )
     partial = info.value.partial
     assert partial is not None and np.all(partial.samples["mu"] < 2.0)
 
@@ -82,5 +112,11 @@ def test_a_likelihood_turning_nan_midway_stops_sgld(backend):
 @pytest.mark.parametrize("option", [dict(num_warmup=100), dict(thinning=2), dict(init="prior")])
 def test_options_vi_does_not_use_are_errors(option):
     with pytest.raises(bdl.ConfigError, match="does not apply to method='vi'"):
-        bdl.fit(plate_of(np.zeros(5), 5), backend="numpyro", method="vi", num_steps=5,
-                progress=False, **option)  # fmt: skip
+        bdl.fit(
+            plate_of(np.zeros(5), 5),
+            backend="numpyro",
+            method="vi",
+            num_steps=5,
+            progress=False,
+            **option,
+        )

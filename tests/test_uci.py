@@ -56,8 +56,13 @@ def test_scores_are_the_mixture_in_original_units(tmp_path):
     # refit (same seed: same members) and score by hand in original units
     data = uci.load_split("yacht", 0, tmp_path)
     model = uci.uci_model(8)
-    post = bdl.fit(model(data.X_train, data.y_train), backend="numpyro", seed=0, progress=False,
-                   **options(data, uci.protocol("yacht", tmp_path)))  # fmt: skip
+    post = bdl.fit(
+        model(data.X_train, data.y_train),
+        backend="numpyro",
+        seed=0,
+        progress=False,
+        **options(data, uci.protocol("yacht", tmp_path)),
+    )
     pred = post.predict(model(data.X_test))
     means = pred.per_draw["mean"] * data.y_sd + data.y_mean
     sds = np.sqrt(pred.per_draw["variance"]) * data.y_sd
@@ -104,8 +109,13 @@ def test_deep_ensembles_reproduce_the_published_log_likelihood(shared_data, back
     on boston and concrete but misses yacht, whose residuals are far from homoscedastic: −1.58
     ± 0.03 over 20 splits against the published −1.18 ± 0.21 (docs/benchmarks.md, UCI
     regression), so it is not what this test checks."""
-    result = uci.run_uci(name, uci.deep_ensemble_options(), splits=range(5), backend=backend,
-                         root=shared_data / "uci")  # fmt: skip
+    result = uci.run_uci(
+        name,
+        uci.deep_ensemble_options(),
+        splits=range(5),
+        backend=backend,
+        root=shared_data / "uci",
+    )
     value, pm = uci.PUBLISHED_DEEP_ENSEMBLES[name]["log_likelihood"]
     assert abs(result.log_likelihood[0] - value) <= pm, str(result)
     assert result.matches_published("rmse"), str(result)
@@ -146,17 +156,24 @@ FISHER_GAP = pytest.mark.xfail(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("backend_name", "name", "curvature"),
-    [("numpyro", "yacht", "hessian"), ("numpyro", "boston", "hessian"),
-     ("numpyro", "concrete", "hessian"), ("pyro", "yacht", "hessian"),
-     pytest.param("numpyro", "yacht", None, marks=YACHT_GAP), ("numpyro", "boston", None),
-     pytest.param("numpyro", "concrete", None, marks=CONCRETE_GAP),
-     pytest.param("pyro", "yacht", None, marks=YACHT_GAP),
-     ("numpyro", "yacht", "fisher"), ("pyro", "yacht", "fisher"),
-     pytest.param("numpyro", "boston", "fisher", marks=FISHER_GAP),
-     pytest.param("numpyro", "concrete", "fisher", marks=FISHER_GAP)],
-)  # fmt: skip
-def test_vogn_test_log_likelihood_is_no_worse_than_adams(shared_data, backend_name, name,
-                                                         curvature):  # fmt: skip
+    [
+        ("numpyro", "yacht", "hessian"),
+        ("numpyro", "boston", "hessian"),
+        ("numpyro", "concrete", "hessian"),
+        ("pyro", "yacht", "hessian"),
+        pytest.param("numpyro", "yacht", None, marks=YACHT_GAP),
+        ("numpyro", "boston", None),
+        pytest.param("numpyro", "concrete", None, marks=CONCRETE_GAP),
+        pytest.param("pyro", "yacht", None, marks=YACHT_GAP),
+        ("numpyro", "yacht", "fisher"),
+        ("pyro", "yacht", "fisher"),
+        pytest.param("numpyro", "boston", "fisher", marks=FISHER_GAP),
+        pytest.param("numpyro", "concrete", "fisher", marks=FISHER_GAP),
+    ],
+)
+def test_vogn_test_log_likelihood_is_no_worse_than_adams(
+    shared_data, backend_name, name, curvature
+):
     """Issue 21.3: natural-gradient mean-field VI (vogn) against Adam's mean-field VI through the
     harness, 400 epochs of B = 32 each on splits 0-4 (models/uci_vi.py; Pyro on yacht only,
     its ten fits about a minute). The paired per-split difference of the test
@@ -174,7 +191,8 @@ def test_vogn_test_log_likelihood_is_no_worse_than_adams(shared_data, backend_na
     groups yacht is met by far, boston and concrete are not (FISHER_GAP)."""
     if backend_name not in bdl.backends.available():
         pytest.skip(f"backend {backend_name!r} is not installed")
-    results = uci_vi.vogn_against_adam(name, backend_name, splits=range(5),
-                                       root=shared_data / "uci", curvature=curvature)  # fmt: skip
+    results = uci_vi.vogn_against_adam(
+        name, backend_name, splits=range(5), root=shared_data / "uci", curvature=curvature
+    )
     diff, se = uci.paired_difference(results["vogn"], results["adam"])
     assert diff > -2.0 * se, (diff, se, str(results["vogn"]), str(results["adam"]))

@@ -21,8 +21,17 @@ def independent_pixels_log_lik(train: np.ndarray, test: np.ndarray) -> np.ndarra
 
 @pytest.fixture(scope="module", params=["numpyro", "pyro"])
 def fitted(request):
-    post, X = vae.fit_vae(request.param, n=N, size=SIZE, latent_dim=2, hidden=64,
-                          num_steps=1500, batch_size=50, lr=3e-3, num_samples=2)  # fmt: skip
+    post, X = vae.fit_vae(
+        request.param,
+        n=N,
+        size=SIZE,
+        latent_dim=2,
+        hidden=64,
+        num_steps=1500,
+        batch_size=50,
+        lr=3e-3,
+        num_samples=2,
+    )
     return post, X
 
 
@@ -65,10 +74,20 @@ def test_iwae_bound_rises_with_k(fitted):
     [("conv", "bernoulli", "elbo"), ("dense", "gaussian", "iwae")],
 )
 def test_vae_variants_fit(backend, architecture, likelihood, objective):
-    post, X = vae.fit_vae(backend, n=1000, size=16, latent_dim=4, hidden=128,
-                          architecture=architecture, likelihood=likelihood, objective=objective,
-                          num_particles=5 if objective == "iwae" else 1, num_steps=3000,
-                          lr=2e-3, num_samples=2)  # fmt: skip
+    post, X = vae.fit_vae(
+        backend,
+        n=1000,
+        size=16,
+        latent_dim=4,
+        hidden=128,
+        architecture=architecture,
+        likelihood=likelihood,
+        objective=objective,
+        num_particles=5 if objective == "iwae" else 1,
+        num_steps=3000,
+        lr=2e-3,
+        num_samples=2,
+    )
     assert post.losses[-200:].mean() < 0.5 * post.losses[:10].mean()
     test = vae.stroke_images(200, 16, likelihood, seed=1)
     est = post.log_marginal(test, num_particles=100)
@@ -85,8 +104,24 @@ def test_shipped_example_runs_from_models(capsys):
     bounds (the statistics are checked above, on both backends). On Pyro only: main's
     arguments reach fit_vae the same way for either backend, and on NumPyro its five XLA
     programs (the steps, the draws, the diagnostics, three bounds) cost ~28 s of CPU."""
-    vae.main(["--backend", "pyro", "--n", "100", "--size", "8", "--steps", "5",
-              "--latent-dim", "2", "--hidden", "8", "--held-out", "10"])  # fmt: skip
+    vae.main(
+        [
+            "--backend",
+            "pyro",
+            "--n",
+            "100",
+            "--size",
+            "8",
+            "--steps",
+            "5",
+            "--latent-dim",
+            "2",
+            "--hidden",
+            "8",
+            "--held-out",
+            "10",
+        ]
+    )
     out = capsys.readouterr().out
     assert "fitted in" in out and "held-out IWAE_1 (the ELBO):" in out
     assert "held-out IWAE_100:" in out

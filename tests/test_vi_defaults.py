@@ -147,18 +147,27 @@ def test_a_run_still_falling_at_its_end_spends_its_last_part_at_the_smallest_lr(
         (dict(plateau_factor="0.3"), r"plateau_factor must be a number.*got '0.3'"),
         (dict(plateau_patience=0), r"plateau_patience must be an int >= 1.*got 0"),
         (dict(plateau_cuts=2.5), r"plateau_cuts must be an int >= 0.*got 2.5"),
-        (dict(plateau_cuts=2, schedule="cosine", num_steps=100),
-         r"plateau_cuts: apply to schedule='plateau' only, got schedule='cosine'"),
-        (dict(plateau_factor=0.1, num_steps=100),  # a run of num_steps: constant by default
-         r"plateau_factor: apply to schedule='plateau' only, got schedule='constant'"),
+        (
+            dict(plateau_cuts=2, schedule="cosine", num_steps=100),
+            r"plateau_cuts: apply to schedule='plateau' only, got schedule='cosine'",
+        ),
+        (
+            dict(plateau_factor=0.1, num_steps=100),  # a run of num_steps: constant by default
+            r"plateau_factor: apply to schedule='plateau' only, got schedule='constant'",
+        ),
         (dict(schedule="steps"), r"unknown schedule 'steps'.*'plateau'"),
     ],
-)  # fmt: skip
+)
 def test_plateau_options_are_checked(options, match):
     X, y = regression.make_regression_data(n=20, d=2, seed=0)
     with pytest.raises(bdl.ConfigError, match=match):
-        bdl.fit(regression.linear_regression(X, y), backend="numpyro", method="vi",
-                progress=False, **options)  # fmt: skip
+        bdl.fit(
+            regression.linear_regression(X, y),
+            backend="numpyro",
+            method="vi",
+            progress=False,
+            **options,
+        )
 
 
 _TRACES = {"n": 0}
@@ -178,8 +187,14 @@ def test_the_lr_scale_scales_the_step_without_compiling_again(backend):
     y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
 
     def run(scale):
-        vi = VIRun(prepare(_counted_mean(y), backend, "float32", 0), 0, num_steps=20,
-                   optimizer="sgd", lr=0.01, num_particles=4)  # fmt: skip
+        vi = VIRun(
+            prepare(_counted_mean(y), backend, "float32", 0),
+            0,
+            num_steps=20,
+            optimizer="sgd",
+            lr=0.01,
+            num_particles=4,
+        )
         vi.steps(10, chunk=10)
         before = vi.fitted_guide().raw_params
         if scale is not None:
@@ -204,8 +219,15 @@ def test_a_plateau_fit_cuts_its_lr_records_the_steps_and_compiles_once(backend):
 
     def fit(schedule):
         _TRACES["n"] = 0
-        post = _quiet_fit(_counted_mean(y), backend=backend, method="vi", num_steps=2000,
-                          lr=0.05, schedule=schedule, num_samples=10)  # fmt: skip
+        post = _quiet_fit(
+            _counted_mean(y),
+            backend=backend,
+            method="vi",
+            num_steps=2000,
+            lr=0.05,
+            schedule=schedule,
+            num_samples=10,
+        )
         return post, _TRACES["n"]
 
     (plateau, traced), (constant, traced_constant) = fit("plateau"), fit("constant")
@@ -221,8 +243,15 @@ def test_a_plateau_fit_cuts_its_lr_records_the_steps_and_compiles_once(backend):
 def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
     """The issue's run, at the flow's old default lr=0.01 (1000 steps, segments of 100)."""
     X, y = regression.make_sine_data()
-    post = _quiet_fit(bnn.bnn_regression(X, y), backend=backend, method="vi", guide="flow",
-                      lr=0.01, num_steps=1000, num_samples=200)  # fmt: skip
+    post = _quiet_fit(
+        bnn.bnn_regression(X, y),
+        backend=backend,
+        method="vi",
+        guide="flow",
+        lr=0.01,
+        num_steps=1000,
+        num_samples=200,
+    )
     settings = post.settings
     assert settings["stop_reason"] == "diverging"
     assert settings["best_step"] < settings["stopped_at"] == len(post.losses) < 1000
@@ -231,8 +260,9 @@ def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
     segments, low, best = parts.mean(axis=1), int(np.argmin(parts.mean(axis=1))), None
     # The best state: the latest segment within TIE_SE standard errors of the lowest (a tie).
     for i in range(low, len(segments)):
-        if segments[i] - segments[low] <= TIE_SE * np.hypot(segment_se(parts[i]),
-                                                            segment_se(parts[low])):  # fmt: skip
+        if segments[i] - segments[low] <= TIE_SE * np.hypot(
+            segment_se(parts[i]), segment_se(parts[low])
+        ):
             best = 100 * (i + 1)
     assert settings["best_step"] == best
     # The guide returned is the one at the best step: its typical loss (the median of
@@ -245,8 +275,9 @@ def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
 
 def test_num_steps_none_runs_until_converged(backend):
     X, y = regression.make_regression_data(n=50, d=2, seed=0)
-    post = _quiet_fit(regression.linear_regression(X, y), backend=backend, method="vi",
-                      num_samples=100)  # fmt: skip
+    post = _quiet_fit(
+        regression.linear_regression(X, y), backend=backend, method="vi", num_samples=100
+    )
     run = post.settings["steps_run"]
     assert post.settings["num_steps"] is None and AUTO_MIN_STEPS <= run < AUTO_MAX_STEPS
     # Converged means flat after the last of the lr's cuts (the plateau schedule's).
@@ -264,8 +295,9 @@ def test_a_run_that_reaches_its_cap_unconverged_says_so(monkeypatch):
     backstop's cuts still came, in the last 900 steps."""
     monkeypatch.setattr(vi, "AUTO_MAX_STEPS", 2000)
     X, y = regression.make_regression_data(n=50, d=2, seed=0)
-    post = _quiet_fit(regression.linear_regression(X, y), backend="numpyro", method="vi",
-                      lr=1e-4, num_samples=20)  # fmt: skip
+    post = _quiet_fit(
+        regression.linear_regression(X, y), backend="numpyro", method="vi", lr=1e-4, num_samples=20
+    )
     assert post.settings["steps_run"] == 2000 and post.settings["converged"] is False
     assert post.settings["lr_cuts"] == [1100, 1400, 1700]
     finding = post.diagnostics[post.diagnostics.kinds().index("vi_not_converged")]
@@ -331,8 +363,9 @@ def test_every_guide_at_its_defaults_reaches_a_long_small_step_run(backend, name
     default = _quiet_fit(bound, backend=backend, method="vi", guide=guide, num_samples=50)
     lr = DEFAULT_LR.get(guide, 1e-2) / 3
     steps = 2 * default.settings["steps_run"]
-    reference = _quiet_fit(bound, backend=backend, method="vi", guide=guide, lr=lr,
-                           num_steps=steps, num_samples=50)  # fmt: skip
+    reference = _quiet_fit(
+        bound, backend=backend, method="vi", guide=guide, lr=lr, num_steps=steps, num_samples=50
+    )
 
     def best(losses):
         window = max(10, len(losses) // 20)

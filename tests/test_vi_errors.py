@@ -80,9 +80,18 @@ def blows_up():
 
 def test_nan_loss_stops_with_step_and_keeps_parameters(backend):
     with pytest.raises(bdl.InferenceError) as info:
-        bdl.fit(blows_up(), backend=backend, method="vi", guide="meanfield", num_steps=3000,
-                lr=0.05, init_loc={"x": 0.0}, init_scale=1e-3, num_samples=10,
-                progress=False)  # fmt: skip
+        bdl.fit(
+            blows_up(),
+            backend=backend,
+            method="vi",
+            guide="meanfield",
+            num_steps=3000,
+            lr=0.05,
+            init_loc={"x": 0.0},
+            init_scale=1e-3,
+            num_samples=10,
+            progress=False,
+        )
     err = info.value
     message = str(err)
     step = int(message.split("stopped at step ")[1].split(":")[0])
@@ -103,5 +112,11 @@ def test_nan_on_first_step():
         bdl.factor("bad", x * np.nan)
 
     with pytest.raises(bdl.InferenceError, match="step 0.*none"):
-        bdl.fit(always_nan(), backend="numpyro", method="vi", num_steps=10, num_samples=5,
-                progress=False)  # fmt: skip
+        bdl.fit(
+            always_nan(),
+            backend="numpyro",
+            method="vi",
+            num_steps=10,
+            num_samples=5,
+            progress=False,
+        )

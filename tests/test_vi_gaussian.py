@@ -33,9 +33,18 @@ def _exact(X, y):
     return cov @ X.T @ y / NOISE**2, cov, precision
 
 
-FIT = dict(method="vi", num_steps=2000, lr=0.05, schedule="exponential", decay=0.005,
-           num_particles=4, init_scale=0.1, num_samples=1000, progress=False,
-           precision="float64")  # fmt: skip
+FIT = dict(
+    method="vi",
+    num_steps=2000,
+    lr=0.05,
+    schedule="exponential",
+    decay=0.005,
+    num_particles=4,
+    init_scale=0.1,
+    num_samples=1000,
+    progress=False,
+    precision="float64",
+)
 
 
 @pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
@@ -103,8 +112,15 @@ def test_backends_agree():
 
 def test_posterior_object_is_complete():
     X, y = _data()
-    post = bdl.fit(linreg(X, y), backend="numpyro", method="vi", num_steps=200, lr=0.05,
-                   num_samples=100, progress=False)  # fmt: skip
+    post = bdl.fit(
+        linreg(X, y),
+        backend="numpyro",
+        method="vi",
+        num_steps=200,
+        lr=0.05,
+        num_samples=100,
+        progress=False,
+    )
     assert post.method == "vi"
     assert post.samples["w"].shape == (1, 100, 3)
     assert post.losses.shape == (200,) and np.all(np.isfinite(post.losses))

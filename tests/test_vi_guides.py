@@ -38,16 +38,34 @@ def test_registry_lists_builtin_guides():
 
         return MeanFieldGuide(layout, backend, init, seed, init_scale=0.1)
 
-    post = bdl.fit(normal_mean(Y), backend="numpyro", method="vi", guide="my_meanfield_test",
-                   num_steps=500, lr=0.05, num_samples=10, progress=False)  # fmt: skip
+    post = bdl.fit(
+        normal_mean(Y),
+        backend="numpyro",
+        method="vi",
+        guide="my_meanfield_test",
+        num_steps=500,
+        lr=0.05,
+        num_samples=10,
+        progress=False,
+    )
     assert post.guide.name == "meanfield"
 
 
 @pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_custom_guide_fits_with_ours(backend):
-    post = bdl.fit(normal_mean(Y), backend=backend, method="vi", guide=normal_guide,
-                   num_steps=1000, lr=0.05, schedule="exponential", decay=0.01, num_particles=4,
-                   num_samples=1000, progress=False)  # fmt: skip
+    post = bdl.fit(
+        normal_mean(Y),
+        backend=backend,
+        method="vi",
+        guide=normal_guide,
+        num_steps=1000,
+        lr=0.05,
+        schedule="exponential",
+        decay=0.01,
+        num_particles=4,
+        num_samples=1000,
+        progress=False,
+    )
     params = post.guide.describe()
     sd = np.sqrt(POST_VAR)
     assert abs(params["mu_loc"] - POST_MEAN) < 0.1 * sd
@@ -98,14 +116,28 @@ def test_guide_with_wrong_sites_lists_both_sets():
     with pytest.raises(
         bdl.ModelError, match=r"Guide sample sites: \['nu'\].*model latent sites: \['mu'\]"
     ):
-        bdl.fit(normal_mean(Y), backend="numpyro", method="vi", guide=wrong, num_steps=5,
-                num_samples=2, progress=False)  # fmt: skip
+        bdl.fit(
+            normal_mean(Y),
+            backend="numpyro",
+            method="vi",
+            guide=wrong,
+            num_steps=5,
+            num_samples=2,
+            progress=False,
+        )
 
 
 def test_model_as_guide_is_refused():
     with pytest.raises(bdl.ConfigError, match="@bdl.guide"):
-        bdl.fit(normal_mean(Y), backend="numpyro", method="vi", guide=normal_mean, num_steps=5,
-                num_samples=2, progress=False)  # fmt: skip
+        bdl.fit(
+            normal_mean(Y),
+            backend="numpyro",
+            method="vi",
+            guide=normal_mean,
+            num_steps=5,
+            num_samples=2,
+            progress=False,
+        )
 
 
 @bdl.model
@@ -117,8 +149,16 @@ def positive_scale(y):
 
 def test_delta_is_map_in_unconstrained_space(backend):
     y = np.random.default_rng(1).normal(0.0, 2.0, size=200)
-    post = bdl.fit(positive_scale(y), backend=backend, method="vi", guide="delta", num_steps=1500,
-                   lr=0.05, num_samples=3, progress=False)  # fmt: skip
+    post = bdl.fit(
+        positive_scale(y),
+        backend=backend,
+        method="vi",
+        guide="delta",
+        num_steps=1500,
+        lr=0.05,
+        num_samples=3,
+        progress=False,
+    )
     s = post.samples["s"]
     assert np.all(s == s.flat[0])
     # The mode of log p(log s | y) + log s: close to the sample standard deviation.
@@ -143,8 +183,18 @@ def test_guide_log_prob_matches_sampling_density(guide, kw):
     """log q from sample() and from log_prob() agree on the guide's own draws (both backends)."""
     y = np.random.default_rng(1).normal(0.0, 2.0, size=20)
     for backend in bdl.backends.available():
-        post = bdl.fit(positive_scale(y), backend=backend, method="vi", guide=guide, num_steps=50,
-                       lr=0.05, num_samples=3, progress=False, precision="float64", **kw)  # fmt: skip
+        post = bdl.fit(
+            positive_scale(y),
+            backend=backend,
+            method="vi",
+            guide=guide,
+            num_steps=50,
+            lr=0.05,
+            num_samples=3,
+            progress=False,
+            precision="float64",
+            **kw,
+        )
         g = post.guide.guide
         be = g.backend
         with be.scope(), be.activate():
@@ -166,8 +216,16 @@ def unknown_noise(y):
 
 def test_model_params_are_fitted_as_point_estimates(backend):
     y = np.random.default_rng(0).normal(2.0, 0.3, size=500)
-    post = bdl.fit(unknown_noise(y), backend=backend, method="vi", num_steps=2000, lr=0.02,
-                   batch_size=100, num_samples=200, progress=False)  # fmt: skip
+    post = bdl.fit(
+        unknown_noise(y),
+        backend=backend,
+        method="vi",
+        num_steps=2000,
+        lr=0.02,
+        batch_size=100,
+        num_samples=200,
+        progress=False,
+    )
     # The maximum-likelihood noise given mu ~ q is about the sample standard deviation.
     assert abs(float(post.params["noise"]) - y.std()) < 0.03
     assert abs(post.samples["mu"].mean() - y.mean()) < 0.05

@@ -66,8 +66,9 @@ def _steps_to_stay_below(path):
 #: Both with 4 gradient evaluations per step (vogn: 2 antithetic pairs; Adam: 4 particles),
 #: from the same start; Adam with the settings that meet this bar in test_vi_gaussian.py.
 VOGN = dict(optimizer="vogn", curvature="hessian", lr=0.1, num_particles=2, init_scale=0.1)
-ADAM = dict(optimizer="adam", lr=0.05, num_particles=4, init_scale=0.1,
-            schedule="exponential", decay=0.005)  # fmt: skip
+ADAM = dict(
+    optimizer="adam", lr=0.05, num_particles=4, init_scale=0.1, schedule="exponential", decay=0.005
+)
 
 
 def test_vogn_reaches_the_exact_meanfield_optimum(backend):
@@ -122,10 +123,22 @@ def test_vogn_ggn_lands_on_its_own_fixed_point(backend):
     X, y = _data()
     mean, mf_var = _optimum(X, y)
     fixed_mean, fixed_var = _ggn_fixed_point(X, y)
-    post = bdl.fit(linreg(X, y), backend=backend, method="vi", optimizer="vogn", lr=0.1,
-                   curvature="ggn", beta2=0.995, num_steps=1000, schedule="exponential", decay=0.01,
-                   init_scale=0.1, num_samples=10, progress=False,
-                   precision="float64")  # fmt: skip
+    post = bdl.fit(
+        linreg(X, y),
+        backend=backend,
+        method="vi",
+        optimizer="vogn",
+        lr=0.1,
+        curvature="ggn",
+        beta2=0.995,
+        num_steps=1000,
+        schedule="exponential",
+        decay=0.01,
+        init_scale=0.1,
+        num_samples=10,
+        progress=False,
+        precision="float64",
+    )
     params = post.guide.params
     np.testing.assert_allclose(params["loc"], mean, atol=0.25 * np.sqrt(mf_var).min())
     np.testing.assert_allclose(params["scale"] ** 2, fixed_var, rtol=0.08)
@@ -140,10 +153,22 @@ def test_vogn_fisher_lands_on_the_exact_meanfield_optimum(backend):
     within 5.5% (NumPyro) / 3.7% (Pyro) of the optimum's, means within 0.06 optimum sd."""
     X, y = _data()
     mean, mf_var = _optimum(X, y)
-    post = bdl.fit(linreg(X, y), backend=backend, method="vi", optimizer="vogn",
-                   curvature="fisher", lr=0.1, beta2=0.995, num_steps=1000,
-                   schedule="exponential", decay=0.01, init_scale=0.1, num_samples=10,
-                   progress=False, precision="float64")  # fmt: skip
+    post = bdl.fit(
+        linreg(X, y),
+        backend=backend,
+        method="vi",
+        optimizer="vogn",
+        curvature="fisher",
+        lr=0.1,
+        beta2=0.995,
+        num_steps=1000,
+        schedule="exponential",
+        decay=0.01,
+        init_scale=0.1,
+        num_samples=10,
+        progress=False,
+        precision="float64",
+    )
     params = post.guide.params
     np.testing.assert_allclose(params["loc"], mean, atol=0.25 * np.sqrt(mf_var).min())
     np.testing.assert_allclose(params["scale"] ** 2, mf_var, rtol=0.1)
@@ -170,10 +195,24 @@ def test_vogn_fisher_draws_each_points_labels_on_minibatches(backend):
     y = X @ w + 0.5 * NOISE * rng.standard_t(2, size=(200, 2))
     precision = X.T @ X / NOISE**2 + np.eye(3)
     mf_var = np.repeat(1.0 / np.diag(precision)[:, None], 2, axis=1)
-    post = bdl.fit(two_outputs(X, y), backend=backend, method="vi", optimizer="vogn",
-                   curvature="fisher", batch_size=20, lr=0.1, beta2=0.995, num_steps=2000,
-                   schedule="exponential", decay=0.005, init_scale=0.1, num_samples=10,
-                   progress=False, seed=1, precision="float64")  # fmt: skip
+    post = bdl.fit(
+        two_outputs(X, y),
+        backend=backend,
+        method="vi",
+        optimizer="vogn",
+        curvature="fisher",
+        batch_size=20,
+        lr=0.1,
+        beta2=0.995,
+        num_steps=2000,
+        schedule="exponential",
+        decay=0.005,
+        init_scale=0.1,
+        num_samples=10,
+        progress=False,
+        seed=1,
+        precision="float64",
+    )
     scale = np.asarray(post.guide.params["scale"]).reshape(3, 2)
     np.testing.assert_allclose(scale**2, mf_var, rtol=0.15)
 
@@ -184,9 +223,19 @@ def test_vadam_fits_the_mean(backend):
     (5x here, a full batch), so its mean is only as good as its noisier draws allow."""
     X, y = _data()
     mean, var = _optimum(X, y)
-    post = bdl.fit(linreg(X, y), backend=backend, method="vi", optimizer="vadam", lr=0.05,
-                   num_steps=1000, num_samples=10, progress=False, precision="float64",
-                   schedule="exponential", decay=0.01)  # fmt: skip
+    post = bdl.fit(
+        linreg(X, y),
+        backend=backend,
+        method="vi",
+        optimizer="vadam",
+        lr=0.05,
+        num_steps=1000,
+        num_samples=10,
+        progress=False,
+        precision="float64",
+        schedule="exponential",
+        decay=0.01,
+    )
     params = post.guide.params
     np.testing.assert_allclose(params["loc"], mean, atol=2.0 * np.sqrt(var).min())
     assert np.all(params["scale"] ** 2 > var)
@@ -196,8 +245,9 @@ def test_each_fit_starts_from_its_own_start(backend):
     """Several fits side by side (``num_chains``): each vogn fit starts from its own start (its
     own init_loc draws), not from the first fit's."""
     X, y = _data()
-    run = VIRun(prepare(linreg(X, y), backend, "float64", 0), 0, num_steps=5, num_chains=2,
-                optimizer="vogn")  # fmt: skip
+    run = VIRun(
+        prepare(linreg(X, y), backend, "float64", 0), 0, num_steps=5, num_chains=2, optimizer="vogn"
+    )
     be = run.setup.backend
     assert not np.allclose(run.starts[0], run.starts[1])
     with be.scope(), be.activate():
@@ -218,9 +268,16 @@ def _vogn_path(backend, start, eps, monkeypatch, num_steps=30):
     rng = np.random.default_rng(3)
     X = rng.normal(size=(40, 2))
     y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=40)
-    run = VIRun(prepare(uci_model(8, "gamma")(X, y), backend, "float64", 0), 0,
-                num_steps=num_steps, optimizer="vogn", curvature="ggn", lr=0.05, beta2=0.99,
-                batch_size=8)  # fmt: skip
+    run = VIRun(
+        prepare(uci_model(8, "gamma")(X, y), backend, "float64", 0),
+        0,
+        num_steps=num_steps,
+        optimizer="vogn",
+        curvature="ggn",
+        lr=0.05,
+        beta2=0.99,
+        batch_size=8,
+    )
     be = run.setup.backend
     monkeypatch.setattr(be.random, "normal", lambda key, shape: be.asarray(eps.reshape(shape)))
     run.starts = start[None]
@@ -260,8 +317,13 @@ def test_per_point_gradients_are_vectorised_and_equal_the_loop(backend, recwarn)
     rng = np.random.default_rng(3)
     X = rng.normal(size=(40, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
-    run = VIRun(prepare(uci_model(8, "gamma")(X, y), backend, "float64", 0), 0, num_steps=1,
-                optimizer="vogn", batch_size=8)  # fmt: skip
+    run = VIRun(
+        prepare(uci_model(8, "gamma")(X, y), backend, "float64", 0),
+        0,
+        num_steps=1,
+        optimizer="vogn",
+        batch_size=8,
+    )
     be, plate, data = run.setup.backend, run.minibatch[0], run.density.data
     theta = be.asarray(0.5 * rng.normal(size=run.starts.shape[1] // 2))
     with be.scope(), be.activate():
@@ -279,8 +341,9 @@ def test_per_point_gradients_are_vectorised_and_equal_the_loop(backend, recwarn)
             for i, k in enumerate(idx):
                 value, g = grad(theta, data, be.asarray(k, "int"))
                 np.testing.assert_allclose(be.to_numpy(values[i]), be.to_numpy(value), rtol=1e-12)
-                np.testing.assert_allclose(be.to_numpy(grads[i]), be.to_numpy(g), rtol=1e-10,
-                                           atol=1e-12)  # fmt: skip
+                np.testing.assert_allclose(
+                    be.to_numpy(grads[i]), be.to_numpy(g), rtol=1e-10, atol=1e-12
+                )
     assert not [w for w in recwarn if "could not" in str(w.message)]
 
 
@@ -335,9 +398,15 @@ def test_whole_runs_agree_across_backends_in_float32(optimizer, monkeypatch):
     options = dict(lr=0.05, beta2=0.99, curvature="ggn") if optimizer == "vogn" else {}
     fits = {}
     for name in backends:
-        run = VIRun(prepare(uci_model(50, "gamma")(X, y), name, "float32", 0), 0,
-                    num_steps=num_steps, optimizer=optimizer, batch_size=32, schedule="cosine",
-                    **options)  # fmt: skip
+        run = VIRun(
+            prepare(uci_model(50, "gamma")(X, y), name, "float32", 0),
+            0,
+            num_steps=num_steps,
+            optimizer=optimizer,
+            batch_size=32,
+            schedule="cosine",
+            **options,
+        )
         be = run.setup.backend
         noise = be.asarray(table)
         # The step's noise is row t of the table: the transition gets the step as its key.
@@ -350,8 +419,10 @@ def test_whole_runs_agree_across_backends_in_float32(optimizer, monkeypatch):
         losses, failure = run.steps(num_steps)
         assert failure is None
         params = run._current()
-        fits[name] = (np.mean(np.asarray(losses, float)[-num_steps // 10 :]),
-                      _test_log_likelihood(params, X_test, y_test))  # fmt: skip
+        fits[name] = (
+            np.mean(np.asarray(losses, float)[-num_steps // 10 :]),
+            _test_log_likelihood(params, X_test, y_test),
+        )
     (elbo_a, ll_a), (elbo_b, ll_b) = fits.values()
     assert abs(elbo_a - elbo_b) < 0.5, fits
     assert abs(ll_a - ll_b) < 0.005, fits
@@ -374,25 +445,40 @@ def _test_log_likelihood(params, X, y, draws=4000):
 
 def _fit_small(**kw):
     X, y = _data()
-    return bdl.fit(linreg(X, y), backend="numpyro", method="vi", num_steps=5, num_samples=5,
-                   progress=False, **kw)  # fmt: skip
+    return bdl.fit(
+        linreg(X, y),
+        backend="numpyro",
+        method="vi",
+        num_steps=5,
+        num_samples=5,
+        progress=False,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize(
     "options,match",
     [
-        (dict(optimizer="vogn", guide="lowrank"),
-         "optimizer='vogn' is natural-gradient VI for the mean-field.*got guide='lowrank'"),
+        (
+            dict(optimizer="vogn", guide="lowrank"),
+            "optimizer='vogn' is natural-gradient VI for the mean-field.*got guide='lowrank'",
+        ),
         (dict(optimizer="vadam", guide="fullrank"), "mean-field.*guide='fullrank'"),
-        (dict(optimizer="vogn", objective="iwae", num_particles=2),
-         "maximises the ELBO, got objective='iwae'"),
+        (
+            dict(optimizer="vogn", objective="iwae", num_particles=2),
+            "maximises the ELBO, got objective='iwae'",
+        ),
         (dict(optimizer="vadam", num_particles=3), "one weight sample.*num_particles=3"),
         (dict(optimizer="vogn", num_particles=2), "curvature='ggn' draws one weight sample"),
         (dict(optimizer="vadam", curvature="ggn"), "curvature='ggn' applies to optimizer='vogn'"),
-        (dict(optimizer="vogn", curvature="kfac"),
-         "unknown curvature 'kfac'; expected one of: 'fisher', 'ggn', 'hessian'"),
-        (dict(optimizer="vogn", curvature="fisher", num_particles=2),
-         "curvature='fisher' draws one weight sample"),
+        (
+            dict(optimizer="vogn", curvature="kfac"),
+            "unknown curvature 'kfac'; expected one of: 'fisher', 'ggn', 'hessian'",
+        ),
+        (
+            dict(optimizer="vogn", curvature="fisher", num_particles=2),
+            "curvature='fisher' draws one weight sample",
+        ),
         (dict(optimizer="vogn", momentum=0.9), "momentum do not apply to optimizer='vogn'"),
         (dict(optimizer="vogn", clip_norm=1.0), "clip_norm do not apply"),
         (dict(optimizer="adam", beta2=0.99), "beta2 do not apply to optimizer='adam'"),
@@ -400,7 +486,7 @@ def _fit_small(**kw):
         (dict(optimizer="vogn", beta1=1.0), "beta1 must be a number in \\[0, 1\\), got 1.0"),
         (dict(optimizer="newton"), "unknown optimizer 'newton'.*'vadam'.*'vogn'"),
     ],
-)  # fmt: skip
+)
 def test_errors(options, match):
     with pytest.raises(bdl.ConfigError, match=match):
         _fit_small(**options)
@@ -416,8 +502,15 @@ def with_param(y):
 
 def test_model_params_are_refused():
     with pytest.raises(bdl.ConfigError, match="bdl.param sites"):
-        bdl.fit(with_param(np.zeros(5)), backend="numpyro", method="vi", optimizer="vogn",
-                num_steps=5, num_samples=5, progress=False)  # fmt: skip
+        bdl.fit(
+            with_param(np.zeros(5)),
+            backend="numpyro",
+            method="vi",
+            optimizer="vogn",
+            num_steps=5,
+            num_samples=5,
+            progress=False,
+        )
 
 
 @pytest.mark.parametrize("curvature", ["ggn", "hessian"])
@@ -435,13 +528,23 @@ def test_minibatches_and_a_non_normal_prior(backend, curvature):
 
     X, y = _data(n=400, seed=2)
     # "ggn" (the default): per-example squared gradients on the minibatch.
-    post = bdl.fit(noisy(X, y), backend=backend, method="vi", optimizer="vogn", batch_size=20,
-                   curvature=curvature, num_steps=400, num_samples=400, progress=False,
-                   seed=1)  # fmt: skip
+    post = bdl.fit(
+        noisy(X, y),
+        backend=backend,
+        method="vi",
+        optimizer="vogn",
+        batch_size=20,
+        curvature=curvature,
+        num_steps=400,
+        num_samples=400,
+        progress=False,
+        seed=1,
+    )
     # Within 4 of the noise scale's posterior sd (~0.018 at N = 400) plus the guide's bias.
     assert abs(post.samples["sigma"].mean() - NOISE) < 0.08
-    np.testing.assert_allclose(post.samples["w"].reshape(-1, 3).mean(0), [1.0, -1.0, 0.5],
-                               atol=0.15)  # fmt: skip
+    np.testing.assert_allclose(
+        post.samples["w"].reshape(-1, 3).mean(0), [1.0, -1.0, 0.5], atol=0.15
+    )
 
 
 def test_vogn_hessian_keeps_its_precision_positive_on_a_relu_network(backend):
@@ -458,9 +561,19 @@ def test_vogn_hessian_keeps_its_precision_positive_on_a_relu_network(backend):
     y = np.sin(2.0 * x[:, 0]) + 0.2 * rng.normal(size=160)
     x_in = np.linspace(-2.0, 2.0, 101)[:, None]
     model = make_bnn_regression(hidden=(50,), activation="relu")
-    post = bdl.fit(model(x, y), backend=backend, method="vi", optimizer="vogn",
-                   curvature="hessian", num_steps=500, batch_size=32, schedule="cosine",
-                   num_samples=100, seed=0, progress=False)  # fmt: skip
+    post = bdl.fit(
+        model(x, y),
+        backend=backend,
+        method="vi",
+        optimizer="vogn",
+        curvature="hessian",
+        num_steps=500,
+        batch_size=32,
+        schedule="cosine",
+        num_samples=100,
+        seed=0,
+        progress=False,
+    )
     scale = post.guide.params["scale"]
     assert np.all(np.isfinite(scale)) and np.all(scale > 0.0) and scale.max() < 0.5, scale.max()
     rmse = np.sqrt(np.mean((post.predict(model(x_in)).mean - np.sin(2.0 * x_in[:, 0])) ** 2))
@@ -487,17 +600,27 @@ def test_vogn_fits_a_small_bnn_with_a_sensible_predictive_variance(backend):
     model = make_bnn_regression(hidden=(20,), activation="tanh")
     fits = {}
     for optimizer in ("vogn", "adam"):
-        post = bdl.fit(model(x, y), backend=backend, method="vi", optimizer=optimizer,
-                       num_steps=2000, batch_size=32, schedule="cosine", num_samples=400,
-                       seed=0, progress=False)  # fmt: skip
+        post = bdl.fit(
+            model(x, y),
+            backend=backend,
+            method="vi",
+            optimizer=optimizer,
+            num_steps=2000,
+            batch_size=32,
+            schedule="cosine",
+            num_samples=400,
+            seed=0,
+            progress=False,
+        )
         inside, outside = post.predict(model(x_in)), post.predict(model(x_out))
         fits[optimizer] = dict(
             rmse=float(np.sqrt(np.mean((inside.mean - np.sin(2.0 * x_in[:, 0])) ** 2))),
-            sigma=float(post.samples["sigma"].mean()), sd=float(inside.sd.mean()),
+            sigma=float(post.samples["sigma"].mean()),
+            sd=float(inside.sd.mean()),
             epistemic_in=float(np.sqrt(inside.epistemic).mean()),
             epistemic_out=float(np.sqrt(outside.epistemic).mean()),
             nll=post.evaluate(model(x_in, y_in))["nll"],
-        )  # fmt: skip
+        )
     vogn, adam = fits["vogn"], fits["adam"]
     assert vogn["rmse"] < 0.2, fits  # the fit: within the noise sd of the function
     assert 0.2 < vogn["sigma"] < 0.4, fits  # the noise scale: the truth, up to the underfit

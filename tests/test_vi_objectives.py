@@ -22,10 +22,23 @@ def correlated_gaussian():
 
 
 def _renyi_variances(alpha, backend="numpyro"):
-    post = bdl.fit(correlated_gaussian(), backend=backend, method="vi", guide="meanfield",
-                   objective="renyi", alpha=alpha, num_particles=8, num_steps=3000, lr=0.02,
-                   schedule="exponential", decay=0.05, init_scale=0.5, num_samples=10,
-                   progress=False, seed=1)  # fmt: skip
+    post = bdl.fit(
+        correlated_gaussian(),
+        backend=backend,
+        method="vi",
+        guide="meanfield",
+        objective="renyi",
+        alpha=alpha,
+        num_particles=8,
+        num_steps=3000,
+        lr=0.02,
+        schedule="exponential",
+        decay=0.05,
+        init_scale=0.5,
+        num_samples=10,
+        progress=False,
+        seed=1,
+    )
     return post.guide.describe()["scale"] ** 2
 
 
@@ -112,9 +125,20 @@ def _grid_moments():
 
 
 def _fit_banana(guide, backend="numpyro", **kw):
-    return bdl.fit(banana(), backend=backend, method="vi", guide=guide, num_steps=4000, lr=0.01,
-                   schedule="cosine", num_particles=8, num_samples=4000, progress=False, seed=0,
-                   **kw)  # fmt: skip
+    return bdl.fit(
+        banana(),
+        backend=backend,
+        method="vi",
+        guide=guide,
+        num_steps=4000,
+        lr=0.01,
+        schedule="cosine",
+        num_particles=8,
+        num_samples=4000,
+        progress=False,
+        seed=0,
+        **kw,
+    )
 
 
 def test_flow_beats_meanfield_on_banana():

@@ -90,8 +90,14 @@ def _run_at_optimum(backend: str, guide: str, gradient: str):
     if guide == "amortized":
         setup = prepare(ppca_fixed(X_PCA), backend, "float32", 0)
         encoder = nn.Dense("enc", D, 2 * L, prior=nn.glorot_normal())
-        run = VIRun(setup, 0, guide=guides.Amortized(encoder, sites=["z"]), gradient=gradient,
-                    num_steps=1, num_particles=1)  # fmt: skip
+        run = VIRun(
+            setup,
+            0,
+            guide=guides.Amortized(encoder, sites=["z"]),
+            gradient=gradient,
+            num_steps=1,
+            num_particles=1,
+        )
         return setup, run, dict(run._initial, **_exact_encoder())
     X, y = _data()
     mean, cov = conjugate_posterior(X, y, NOISE, 1.0)
@@ -137,10 +143,18 @@ def test_path_gradient_fit_reaches_the_meanfield_optimum(backend):
     X, y = _data()
     mean, cov = conjugate_posterior(X, y, NOISE, 1.0)
     post = bdl.fit(
-        linear_regression_known_noise(X, y, noise=NOISE), backend=backend, method="vi",
-        gradient="path", num_steps=1500, lr=0.05, schedule="exponential", decay=0.01,
-        init_scale=0.1, num_samples=10, progress=False,
-    )  # fmt: skip
+        linear_regression_known_noise(X, y, noise=NOISE),
+        backend=backend,
+        method="vi",
+        gradient="path",
+        num_steps=1500,
+        lr=0.05,
+        schedule="exponential",
+        decay=0.01,
+        init_scale=0.1,
+        num_samples=10,
+        progress=False,
+    )
     fitted = post.guide.params
     sd = np.sqrt(np.diag(cov))
     np.testing.assert_allclose(fitted["loc"], mean, atol=0.05 * sd.min())
@@ -160,5 +174,11 @@ def test_path_gradient_fit_reaches_the_meanfield_optimum(backend):
 def test_path_gradient_refuses_what_it_does_not_apply_to(options, match):
     X, y = _data()
     with pytest.raises(ConfigError, match=match):
-        bdl.fit(linear_regression_known_noise(X, y), backend="numpyro", method="vi",
-                num_steps=2, progress=False, **options)  # fmt: skip
+        bdl.fit(
+            linear_regression_known_noise(X, y),
+            backend="numpyro",
+            method="vi",
+            num_steps=2,
+            progress=False,
+            **options,
+        )

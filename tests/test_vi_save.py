@@ -29,8 +29,17 @@ def _data():
 )
 def test_vi_round_trip_rebuilds_the_guide(backend, guide, settings, tmp_path):
     X, y = _data()
-    post = bdl.fit(regression(X, y), backend=backend, method="vi", guide=guide, num_steps=100,
-                   lr=0.02, num_samples=50, progress=False, **settings)  # fmt: skip
+    post = bdl.fit(
+        regression(X, y),
+        backend=backend,
+        method="vi",
+        guide=guide,
+        num_steps=100,
+        lr=0.02,
+        num_samples=50,
+        progress=False,
+        **settings,
+    )
     path = post.save(tmp_path / "vi.nc")
 
     bare = bdl.load(path)
@@ -49,8 +58,14 @@ def test_vi_round_trip_rebuilds_the_guide(backend, guide, settings, tmp_path):
 
 def test_loading_on_another_model_is_refused(tmp_path):
     X, y = _data()
-    post = bdl.fit(regression(X, y), method="vi", guide="meanfield", num_steps=50,
-                   num_samples=10, progress=False)  # fmt: skip
+    post = bdl.fit(
+        regression(X, y),
+        method="vi",
+        guide="meanfield",
+        num_steps=50,
+        num_samples=10,
+        progress=False,
+    )
     path = post.save(tmp_path / "vi.nc")
 
     @bdl.model

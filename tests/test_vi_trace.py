@@ -30,8 +30,18 @@ def test_traced_loss_is_used_and_fits(recwarn):
     # A cosine schedule: at a constant lr of 0.05 Adam's steps keep the mean moving by about
     # half a posterior sd at the end; decayed, it settles (over seeds 0-3 and both backends the
     # error was 0.00-0.14 sd, the Monte Carlo error of 2000 draws' mean is 0.02 sd).
-    post = bdl.fit(mean_model(y), backend="pyro", method="vi", num_steps=1500, lr=0.05,
-                   schedule="cosine", batch_size=50, num_samples=2000, seed=0, progress=False)  # fmt: skip
+    post = bdl.fit(
+        mean_model(y),
+        backend="pyro",
+        method="vi",
+        num_steps=1500,
+        lr=0.05,
+        schedule="cosine",
+        batch_size=50,
+        num_samples=2000,
+        seed=0,
+        progress=False,
+    )
     assert not [w for w in recwarn if "could not trace" in str(w.message)]
     sd = 1 / np.sqrt(1 / 100 + y.size)
     assert abs(post.samples["mu"].mean() - _posterior_mean(y)) < 0.3 * sd
@@ -51,8 +61,18 @@ def test_untraceable_model_falls_back_with_a_warning(monkeypatch):
     y = np.random.default_rng(0).normal(1.5, 1.0, size=200)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        post = bdl.fit(mean_model(y), backend="pyro", method="vi", num_steps=1500, lr=0.05, schedule="cosine",
-                       batch_size=50, num_samples=2000, seed=0, progress=False)  # fmt: skip
+        post = bdl.fit(
+            mean_model(y),
+            backend="pyro",
+            method="vi",
+            num_steps=1500,
+            lr=0.05,
+            schedule="cosine",
+            batch_size=50,
+            num_samples=2000,
+            seed=0,
+            progress=False,
+        )
     assert any("could not trace the model's step" in str(w.message) for w in caught)
     sd = 1 / np.sqrt(1 / 100 + y.size)
     assert abs(post.samples["mu"].mean() - _posterior_mean(y)) < 0.5 * sd
@@ -64,8 +84,17 @@ def test_traced_guides_match_eager_steps(guide):
     from ppl_bdl.backends.pyro.backend import PyroBackend
 
     y = np.random.default_rng(1).normal(size=100)
-    kw = dict(backend="pyro", method="vi", guide=guide, num_steps=30, lr=0.01, batch_size=20,
-              num_samples=10, seed=3, progress=False)  # fmt: skip
+    kw = dict(
+        backend="pyro",
+        method="vi",
+        guide=guide,
+        num_steps=30,
+        lr=0.01,
+        batch_size=20,
+        num_samples=10,
+        seed=3,
+        progress=False,
+    )
     traced = bdl.fit(mean_model(y), **kw).losses
     original = PyroBackend.trace
     try:

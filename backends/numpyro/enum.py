@@ -47,9 +47,11 @@ def infer_discrete(model, inputs, max_plate_nesting: int, key) -> dict:
     distribution given everything else (forward filtering, backward sampling)."""
     nf = _funsor()
     sampler = nf.infer_discrete(
-        lambda: model(inputs), first_available_dim=-1 - max_plate_nesting, temperature=1,
+        lambda: model(inputs),
+        first_available_dim=-1 - max_plate_nesting,
+        temperature=1,
         rng_key=key,
-    )  # fmt: skip
+    )
     with handlers.trace() as trace:
         sampler()
     return {

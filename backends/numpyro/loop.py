@@ -90,11 +90,14 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
     if mesh is not None:
         shape = _per_chain_segments(step, emit) if on_cpu else _scan_run(step, emit)
         names = ("length", "num_rows", "specs")
-        split = {trace: jax.jit(_per_device(shape, mesh, trace), static_argnames=names)
-                 for trace in (False, True)}  # fmt: skip
+        split = {
+            trace: jax.jit(_per_device(shape, mesh, trace), static_argnames=names)
+            for trace in (False, True)
+        }
 
-    def runner(state, xs, data, keep, steps: int, first: int, num_rows: int,
-               trace: bool = True) -> LoopResult:  # fmt: skip
+    def runner(
+        state, xs, data, keep, steps: int, first: int, num_rows: int, trace: bool = True
+    ) -> LoopResult:
         keep = np.asarray(keep, bool)
         real = keep[:steps]
         kept = int(real.sum())
@@ -106,18 +109,26 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
         if on_cpu or per_device:
             header = chunk_header(mask, steps, first, num_rows, on_cpu)
             if per_device:
-                out = split[trace](state, xs, data, header, mask, length=len(keep),
-                                   num_rows=num_rows, specs=(_specs(xs), _specs(data)))  # fmt: skip
+                out = split[trace](
+                    state,
+                    xs,
+                    data,
+                    header,
+                    mask,
+                    length=len(keep),
+                    num_rows=num_rows,
+                    specs=(_specs(xs), _specs(data)),
+                )
             else:
-                out = fast(state, xs, data, header, length=len(keep), num_rows=num_rows,
-                           trace=trace)  # fmt: skip
+                out = fast(
+                    state, xs, data, header, length=len(keep), num_rows=num_rows, trace=trace
+                )
             ok, infos, rows = jax.device_get((out.ok, out.infos, out.rows))  # one read back
             if _all(ok):
                 if not on_cpu and not trace:  # the scan stored every step's infos
                     infos = {k: np.asarray(v)[mask] for k, v in infos.items()}
                 return _result(out.state, infos, rows, kept, steps if trace else kept)
-        out = gated(state, xs, data, np.asarray([steps, first], np.int32), mask,
-                    num_rows=num_rows)  # fmt: skip
+        out = gated(state, xs, data, np.asarray([steps, first], np.int32), mask, num_rows=num_rows)
         failed_at, kept = int(out.failed_at), int(out.kept)
         infos, rows = jax.device_get((out.infos, out.rows))
         end = steps if failed_at < 0 else failed_at
@@ -169,8 +180,13 @@ def _per_device(shape, mesh, trace: bool):
             return shape(state, xs, data, header, keep, length, num_rows, trace)
 
         (xs_tree, xs_specs), (data_tree, data_specs) = specs
-        ins = (chains, jax.tree_util.tree_unflatten(xs_tree, xs_specs),
-               jax.tree_util.tree_unflatten(data_tree, data_specs), one, one)  # fmt: skip
+        ins = (
+            chains,
+            jax.tree_util.tree_unflatten(xs_tree, xs_specs),
+            jax.tree_util.tree_unflatten(data_tree, data_specs),
+            one,
+            one,
+        )
         return jax.shard_map(body, mesh=mesh, in_specs=ins, out_specs=out, check_vma=False)(
             state, xs, data, header, keep
         )

@@ -80,9 +80,13 @@ def normal(key, shape, dtype):
     √2 erf⁻¹ of it. Written out, the hash and the transform fuse into one elementwise kernel
     instead of a rolled loop of five iterations over the whole array."""
     key, dtype = jnp.asarray(key), np.dtype(dtype)
-    if (key.dtype != jnp.uint32 or key.shape != (2,) or dtype not in _UNIT_BITS
-            or not jax.config.jax_threefry_partitionable
-            or (dtype.itemsize == 8 and not jax.config.jax_enable_x64)):  # fmt: skip
+    if (
+        key.dtype != jnp.uint32
+        or key.shape != (2,)
+        or dtype not in _UNIT_BITS
+        or not jax.config.jax_threefry_partitionable
+        or (dtype.itemsize == 8 and not jax.config.jax_enable_x64)
+    ):
         return jax.random.normal(key, shape, dtype)
     shape = tuple(shape)
     size = int(np.prod(shape, dtype=np.int64))

@@ -29,7 +29,7 @@ from ppl_bdl.backends.pyro.devices import (
     device_name,
     one_device,
     resolve,
-)  # fmt: skip
+)
 from ppl_bdl.backends.pyro.loop import compile_loop
 from ppl_bdl.backends.pyro.math import make_math
 from ppl_bdl.backends.pyro.optimizer import build_optimizer

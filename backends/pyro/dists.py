@@ -117,14 +117,28 @@ _FAMILIES = {
 }
 #: Builders that take no ``validate_args`` (they set it themselves).
 _NO_VALIDATE_ARG = {
-    "HalfStudentT", "ImproperUniform", "LKJCholesky", "LKJ", "ZeroInflatedPoisson", "Wishart",
+    "HalfStudentT",
+    "ImproperUniform",
+    "LKJCholesky",
+    "LKJ",
+    "ZeroInflatedPoisson",
+    "Wishart",
     "Multinomial",
-}  # fmt: skip
+}
 #: Families whose Python-number parameters must be tensors too (the rest broadcast numbers).
 _TENSOR_PARAMS = {
-    "Dirichlet", "MultivariateNormal", "LowRankMultivariateNormal", "Categorical", "Multinomial",
-    "OrderedLogistic", "Delta", "LKJCholesky", "LKJ", "Wishart", "VonMises",
-}  # fmt: skip
+    "Dirichlet",
+    "MultivariateNormal",
+    "LowRankMultivariateNormal",
+    "Categorical",
+    "Multinomial",
+    "OrderedLogistic",
+    "Delta",
+    "LKJCholesky",
+    "LKJ",
+    "Wishart",
+    "VonMises",
+}
 #: Parameters that stay Python values (sizes, flags).
 _STATIC = {"dimension", "num_steps", "event_dim", "support"}
 #: Counts that torch wants as floats when they are arrays (lgamma has no integer kernel).

@@ -50,8 +50,9 @@ def enumerated_log_density(model, inputs, max_plate_nesting: int):
     leaves, spec = pytree.tree_flatten(inputs)
 
     def fn(*tensors):
-        return _log_density(lambda: model(pytree.tree_unflatten(list(tensors), spec)),
-                            max_plate_nesting)  # fmt: skip
+        return _log_density(
+            lambda: model(pytree.tree_unflatten(list(tensors), spec)), max_plate_nesting
+        )
 
     return _MarginalLogDensity.apply(fn, *leaves)[0]
 

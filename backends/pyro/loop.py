@@ -35,8 +35,9 @@ from ppl_bdl.backends.pyro.trees import index_tree, tree_map
 def compile_loop(step, emit):
     """The runner of ``step`` over chunks (see :meth:`ppl_bdl.backend_protocol.Autodiff.compile_loop`)."""
 
-    def runner(state, xs, data, keep, steps: int, first: int, num_rows: int,
-               trace: bool = True) -> LoopResult:  # fmt: skip
+    def runner(
+        state, xs, data, keep, steps: int, first: int, num_rows: int, trace: bool = True
+    ) -> LoopResult:
         keep = np.asarray(keep, bool)
         infos, rows = [], []
         failed_at, failed = -1, None
@@ -61,14 +62,14 @@ def compile_loop(step, emit):
 
 def _host(info: dict) -> dict:
     """The info's values on the host, as NumPy (their dtypes kept)."""
-    return {k: v.cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
-            for k, v in info.items()}  # fmt: skip
+    return {
+        k: v.cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+        for k, v in info.items()
+    }
 
 
 def _finite(values: dict) -> bool:
-    return all(
-        np.isfinite(v).all() for v in values.values() if np.issubdtype(v.dtype, np.floating)
-    )
+    return all(np.isfinite(v).all() for v in values.values() if np.issubdtype(v.dtype, np.floating))
 
 
 def _state_finite(state) -> bool:

@@ -124,8 +124,26 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0):
 
 def make_math() -> SimpleNamespace:
     m = SimpleNamespace()
-    for name in ("abs", "exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sigmoid", "relu",
-                 "erf", "lgamma", "digamma", "isfinite", "sin", "cos", "sign", "floor"):  # fmt: skip
+    for name in (
+        "abs",
+        "exp",
+        "log",
+        "log1p",
+        "expm1",
+        "sqrt",
+        "square",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "erf",
+        "lgamma",
+        "digamma",
+        "isfinite",
+        "sin",
+        "cos",
+        "sign",
+        "floor",
+    ):
         setattr(m, name, _unary(getattr(torch, name)))
     m.softplus = _unary(torch.nn.functional.softplus)
     m.gelu = _unary(torch.nn.functional.gelu)

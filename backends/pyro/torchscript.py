@@ -103,8 +103,9 @@ def vmap_or_loop(backend, fn: Callable, example_args: tuple, in_axes) -> Callabl
     axes, mapped = split_mapped(example_args, in_axes)
 
     def loop():
-        one = tuple(a if ax is None else index_tree(a, 0)
-                    for a, ax in zip(example_args, axes, strict=True))  # fmt: skip
+        one = tuple(
+            a if ax is None else index_tree(a, 0) for a, ax in zip(example_args, axes, strict=True)
+        )
         return backend.vmap(backend.trace(fn, one), in_axes)
 
     if backend.parallel is not None:

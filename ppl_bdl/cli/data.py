@@ -123,10 +123,12 @@ def bind(model, data: dict[str, Any]):
             f"--data has {unknown}, which {model.name}() does not take; its arguments: {list(params)}."
         )
     missing = [
-        n for n, p in params.items()
-        if p.default is inspect.Parameter.empty and n not in data
+        n
+        for n, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and n not in data
         and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    ]  # fmt: skip
+    ]
     if missing:
         raise DataError(
             f"--data lacks {missing}, which {model.name}() needs; it has {sorted(data)}."

@@ -129,9 +129,12 @@ def _band_figure(pred, X_train, y_train, X_test, y_test, grid, backend: str):
     )
     epistemic = np.sqrt(pred.epistemic)
     ax.fill_between(
-        x, pred.mean - 2 * epistemic, pred.mean + 2 * epistemic, alpha=0.4,
+        x,
+        pred.mean - 2 * epistemic,
+        pred.mean + 2 * epistemic,
+        alpha=0.4,
         label="±2 sd (epistemic)",
-    )  # fmt: skip
+    )
     ax.plot(x, pred.mean, label="predictive mean")
     ax.scatter(X_train[:, 0], y_train, s=8, c="k", label="train")
     ax.scatter(X_test[:, 0], y_test, s=12, c="tab:red", marker="x", label="held out")

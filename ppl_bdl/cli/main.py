@@ -107,10 +107,17 @@ def cmd_fit(args: argparse.Namespace) -> int:
             # The report is printed below, once, as a block after the summary.
             warnings.simplefilter("ignore", ConvergenceWarning)
             post = bdl.fit(  # read off the package when called: tests stand in for it
-                bound, backend=backend, method=args.method, num_samples=args.num_samples,
-                seed=args.seed, precision=args.precision, device=args.device,
-                progress=args.progress, strict=args.strict, **settings,
-            )  # fmt: skip
+                bound,
+                backend=backend,
+                method=args.method,
+                num_samples=args.num_samples,
+                seed=args.seed,
+                precision=args.precision,
+                device=args.device,
+                progress=args.progress,
+                strict=args.strict,
+                **settings,
+            )
     except ConvergenceError as e:
         print(
             f"ppl-bdl fit: error (--strict): the fit did not pass its checks; nothing written "
@@ -178,28 +185,54 @@ def _init(text: str) -> Any:
 
 def _add_fit_flags(p: argparse.ArgumentParser) -> None:
     # One flag a line reads as the table it is (docs/cli.md has the long form).
-    # fmt: off
     g = p.add_argument_group("every method")
-    g.add_argument("--data", metavar="FILE", required=True,
-                   help="a .npz, .csv or .json file (docs/cli.md)")
+    g.add_argument(
+        "--data", metavar="FILE", required=True, help="a .npz, .csv or .json file (docs/cli.md)"
+    )
     g.add_argument("--backend", metavar="NAME", help="pyro or numpyro (default: NumPyro)")
-    g.add_argument("--method", metavar="NAME", default="nuts",
-                   help="nuts (default), hmc, sgld, sghmc, psgld, csgld, csghmc or vi")
-    g.add_argument("--num-samples", metavar="N", type=_int_at_least(1), default=1000,
-                   help="draws kept per chain; VI: draws from the guide (1000)")
+    g.add_argument(
+        "--method",
+        metavar="NAME",
+        default="nuts",
+        help="nuts (default), hmc, sgld, sghmc, psgld, csgld, csghmc or vi",
+    )
+    g.add_argument(
+        "--num-samples",
+        metavar="N",
+        type=_int_at_least(1),
+        default=1000,
+        help="draws kept per chain; VI: draws from the guide (1000)",
+    )
     g.add_argument("--seed", metavar="N", type=int, default=0)
     g.add_argument("--precision", default="float32", choices=["float32", "float64"])
     g.add_argument("--device", metavar="DEV", help="cpu, cuda, cuda:1, ... (the backend's)")
-    g.add_argument("--init", type=_init,
-                   help="median, prior, uniform (MCMC) or a JSON object; VI: its init_loc")
-    g.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="any other setting of the method (VALUE read as JSON)")
-    g.add_argument("--threads", metavar="N", type=_int_at_least(1),
-                   help="intra-op CPU threads, where the backend has the setting")
-    g.add_argument("--progress", action=argparse.BooleanOptionalAction,
-                   help="a progress bar on stderr (default: on a terminal, unless $CI)")
-    g.add_argument("--strict", action="store_true",
-                   help="exit 1 and write nothing when the fit's checks find a problem")
+    g.add_argument(
+        "--init",
+        type=_init,
+        help="median, prior, uniform (MCMC) or a JSON object; VI: its init_loc",
+    )
+    g.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other setting of the method (VALUE read as JSON)",
+    )
+    g.add_argument(
+        "--threads",
+        metavar="N",
+        type=_int_at_least(1),
+        help="intra-op CPU threads, where the backend has the setting",
+    )
+    g.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        help="a progress bar on stderr (default: on a terminal, unless $CI)",
+    )
+    g.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 and write nothing when the fit's checks find a problem",
+    )
     g.add_argument("--out", metavar="FILE", help="NetCDF output (MODEL_BACKEND_METHOD.nc)")
     g.add_argument("--force", action="store_true", help="overwrite --out if it exists")
 
@@ -207,26 +240,40 @@ def _add_fit_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-warmup", metavar="N", type=_int_at_least(0), help="per chain (1000)")
     g.add_argument("--num-chains", metavar="N", type=_int_at_least(1), help="chains (4)")
     g.add_argument("--thinning", metavar="N", type=_int_at_least(1), help="keep every N-th (1)")
-    g.add_argument("--step-size", metavar="X", type=_step_size,
-                   help="SG-MCMC: a number or auto (default); NUTS/HMC: the initial one")
+    g.add_argument(
+        "--step-size",
+        metavar="X",
+        type=_step_size,
+        help="SG-MCMC: a number or auto (default); NUTS/HMC: the initial one",
+    )
     g.add_argument("--target-accept", metavar="P", type=_probability, help="NUTS/HMC (0.8)")
     g.add_argument("--max-tree-depth", metavar="N", type=_int_at_least(1), help="NUTS (10)")
     g.add_argument("--dense-mass", action="store_true", default=None, help="NUTS/HMC")
 
     g = p.add_argument_group("VI (and --num-steps of HMC, --batch-size, --schedule of SG-MCMC)")
-    g.add_argument("--num-steps", metavar="N", type=_int_at_least(1),
-                   help="VI: optimizer steps; HMC: leapfrog steps per draw (10)")
-    g.add_argument("--guide", metavar="NAME", help="meanfield (default), lowrank, fullrank, "
-                   "flow, delta")
+    g.add_argument(
+        "--num-steps",
+        metavar="N",
+        type=_int_at_least(1),
+        help="VI: optimizer steps; HMC: leapfrog steps per draw (10)",
+    )
+    g.add_argument(
+        "--guide", metavar="NAME", help="meanfield (default), lowrank, fullrank, flow, delta"
+    )
     g.add_argument("--lr", metavar="X", type=_positive_float, help="the learning rate")
     g.add_argument("--objective", metavar="NAME", help="elbo (default), renyi, iwae")
     g.add_argument("--num-particles", metavar="N", type=_int_at_least(1), help="per step (1)")
-    g.add_argument("--batch-size", metavar="N", type=_int_at_least(1),
-                   help="VI, SG-MCMC: minibatch size (default: the full data)")
-    g.add_argument("--schedule", metavar="NAME",
-                   help="VI: plateau, constant, exponential, cosine; SG-MCMC: constant, "
-                   "polynomial, cyclical")
-    # fmt: on
+    g.add_argument(
+        "--batch-size",
+        metavar="N",
+        type=_int_at_least(1),
+        help="VI, SG-MCMC: minibatch size (default: the full data)",
+    )
+    g.add_argument(
+        "--schedule",
+        metavar="NAME",
+        help="VI: plateau, constant, exponential, cosine; SG-MCMC: constant, polynomial, cyclical",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit MODULE:MODEL to a data file and write NetCDF",
         description="Fit MODULE:MODEL to a data file and write the posterior as NetCDF. A flag "
         "that does not apply to --method is an error; see docs/cli.md.",
-    )  # fmt: skip
+    )
     p.add_argument("model", help="MODULE:MODEL or path/to/file.py:MODEL")
     _add_fit_flags(p)
     p.set_defaults(func=cmd_fit)

@@ -45,9 +45,12 @@ from ppl_bdl.errors import ModelError
 
 
 def scan(
-    f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
-    length: int | None = None, name: str = "time",
-):  # fmt: skip
+    f: Callable[[Any, Any], tuple[Any, Any]],
+    init: Any,
+    xs: Any = None,
+    length: int | None = None,
+    name: str = "time",
+):
     """Run ``f(carry, x) -> (carry, y)`` over the leading axis of ``xs``; return ``(carry, ys)``.
 
     Parameters

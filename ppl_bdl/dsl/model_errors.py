@@ -113,10 +113,14 @@ class ValueConversionError(TypeError):
 
 #: The array libraries' errors for the same mistake under a trace (JAX's, by class name), and
 #: NumPy's for a ufunc applied to an array that opts out of them (``__array_ufunc__ = None``).
-_CONVERSION_CLASSES = frozenset({
-    "ConcretizationTypeError", "TracerBoolConversionError", "TracerIntegerConversionError",
-    "TracerArrayConversionError",
-})  # fmt: skip
+_CONVERSION_CLASSES = frozenset(
+    {
+        "ConcretizationTypeError",
+        "TracerBoolConversionError",
+        "TracerIntegerConversionError",
+        "TracerArrayConversionError",
+    }
+)
 _NO_UFUNCS = re.compile(r"does not support ufuncs")
 
 

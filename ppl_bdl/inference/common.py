@@ -27,7 +27,17 @@ from ppl_bdl.inference.starts import (
 )
 
 __all__ = [
-    "MEDIAN_DRAWS", "MEDIAN_JITTER", "PRIOR_DRAWS", "REPLAY_POINTS", "LazyLogLikelihood", "Setup",
-    "build_posterior", "initial_positions", "pad_rows", "prepare", "prior_draws",
-    "replay_chunk_size", "site_dims",
-]  # fmt: skip
+    "MEDIAN_DRAWS",
+    "MEDIAN_JITTER",
+    "PRIOR_DRAWS",
+    "REPLAY_POINTS",
+    "LazyLogLikelihood",
+    "Setup",
+    "build_posterior",
+    "initial_positions",
+    "pad_rows",
+    "prepare",
+    "prior_draws",
+    "replay_chunk_size",
+    "site_dims",
+]

@@ -69,9 +69,18 @@ from ppl_bdl.trace.layout import ModelDensity
 
 #: The options of ``method="ensemble"``.
 OPTIONS = (
-    "num_members", "num_steps", "batch_size", "anchored", "optimizer", "lr", "momentum",
-    "schedule", "decay", "clip_norm", "chunk_size",
-)  # fmt: skip
+    "num_members",
+    "num_steps",
+    "batch_size",
+    "anchored",
+    "optimizer",
+    "lr",
+    "momentum",
+    "schedule",
+    "decay",
+    "clip_norm",
+    "chunk_size",
+)
 
 
 def _count(name: str, value: Any, default: int | None = None) -> int | None:
@@ -110,11 +119,20 @@ class EnsembleConfig:
 
     @classmethod
     def build(
-        cls, num_members: int | None = None, num_steps: int | None = None,
-        batch_size: int | None = None, anchored: Any = False, optimizer: str = "adam",
-        lr: float = 1e-2, momentum: float = 0.0, schedule: str = "constant", decay: float = 0.1,
-        clip_norm: float | None = None, chunk_size: int | None = None, **unknown: Any,
-    ) -> EnsembleConfig:  # fmt: skip
+        cls,
+        num_members: int | None = None,
+        num_steps: int | None = None,
+        batch_size: int | None = None,
+        anchored: Any = False,
+        optimizer: str = "adam",
+        lr: float = 1e-2,
+        momentum: float = 0.0,
+        schedule: str = "constant",
+        decay: float = 0.1,
+        clip_norm: float | None = None,
+        chunk_size: int | None = None,
+        **unknown: Any,
+    ) -> EnsembleConfig:
         if unknown:
             raise ConfigError(
                 f"unknown option(s) {sorted(unknown)} for method='ensemble'; expected some of "
@@ -129,20 +147,35 @@ class EnsembleConfig:
         members = _count("num_members", num_members, 5)
         steps = _count("num_steps", num_steps, 2000)
         return cls(
-            members, steps, _count("batch_size", batch_size), _check_anchored(anchored),
-            OptimizerConfig.build(optimizer=optimizer, lr=lr, momentum=momentum,
-                                  schedule=schedule, decay=decay, clip_norm=clip_norm,
-                                  num_steps=steps),
+            members,
+            steps,
+            _count("batch_size", batch_size),
+            _check_anchored(anchored),
+            OptimizerConfig.build(
+                optimizer=optimizer,
+                lr=lr,
+                momentum=momentum,
+                schedule=schedule,
+                decay=decay,
+                clip_norm=clip_norm,
+                num_steps=steps,
+            ),
             _count("chunk_size", chunk_size),
-        )  # fmt: skip
+        )
 
     def settings(self) -> dict:
         """The settings saved with the posterior (JSON values)."""
         anchored = self.anchored if isinstance(self.anchored, bool) else list(self.anchored)
         opt = self.optimizer
-        return dict(num_members=self.num_members, num_steps=self.num_steps,
-                    batch_size=self.batch_size, anchored=anchored, lr=opt.lr,
-                    optimizer=opt.optimizer, schedule=opt.schedule)  # fmt: skip
+        return dict(
+            num_members=self.num_members,
+            num_steps=self.num_steps,
+            batch_size=self.batch_size,
+            anchored=anchored,
+            lr=opt.lr,
+            optimizer=opt.optimizer,
+            schedule=opt.schedule,
+        )
 
 
 def _check_anchored(anchored: Any) -> bool | tuple[str, ...]:
@@ -241,9 +274,12 @@ def resolve_anchors(setup: Setup, anchored: bool | tuple[str, ...]) -> Anchors |
 
 # -- the transition --------------------------------------------------------------------------
 def ensemble_transition(
-    setup: Setup, config: EnsembleConfig, plate: tuple[str, int] | None,
-    anchors: Anchors | None = None, start_at_anchor: bool = False,
-) -> tuple[Transition, list]:  # fmt: skip
+    setup: Setup,
+    config: EnsembleConfig,
+    plate: tuple[str, int] | None,
+    anchors: Anchors | None = None,
+    start_at_anchor: bool = False,
+) -> tuple[Transition, list]:
     """One member's transition and the data's arrays its steps read.
 
     ``init(key, position, data)``: the optimizer's state at ``position`` (and, anchored, the
@@ -306,9 +342,15 @@ def ensemble_transition(
 
 
 def run_ensemble(
-    setup: Setup, config: EnsembleConfig, *, seed: int, init: Any = None, progress: bool = False,
-    log_likelihood: bool = True, chain_ids: list[int] | None = None,
-):  # fmt: skip
+    setup: Setup,
+    config: EnsembleConfig,
+    *,
+    seed: int,
+    init: Any = None,
+    progress: bool = False,
+    log_likelihood: bool = True,
+    chain_ids: list[int] | None = None,
+):
     """Fit the members ``chain_ids`` (all by default) of ``config``'s ensemble; a
     :class:`~ppl_bdl.posterior.posterior.Posterior` with one draw per member (chain), ``post.losses``
     (member, step) and the last step's ``loss`` and ``grad_norm`` as sample stats."""
@@ -329,12 +371,30 @@ def run_ensemble(
 
     # The steps' learning rates: lr x the schedule's shape at the step counter (in the step).
     rates = Rates(config.optimizer.lr, unit_schedule(config.optimizer))
-    run = run_chains(be, transition, positions[members], seed, plan, data, batches, "ensemble",
-                     rates, progress=progress, chain_ids=members, trace=True)  # fmt: skip
+    run = run_chains(
+        be,
+        transition,
+        positions[members],
+        seed,
+        plan,
+        data,
+        batches,
+        "ensemble",
+        rates,
+        progress=progress,
+        chain_ids=members,
+        trace=True,
+    )
     if run.failure is not None:
         _raise_failure(setup, run, transition, members, log_likelihood)
-    return build_posterior(setup, run.draws, run.infos, "ensemble", log_likelihood=log_likelihood,
-                           losses=run.step_infos["loss"].astype(float))  # fmt: skip
+    return build_posterior(
+        setup,
+        run.draws,
+        run.infos,
+        "ensemble",
+        log_likelihood=log_likelihood,
+        losses=run.step_infos["loss"].astype(float),
+    )
 
 
 def _raise_failure(setup: Setup, run: RunResult, transition, members, log_likelihood) -> None:
@@ -344,21 +404,29 @@ def _raise_failure(setup: Setup, run: RunResult, transition, members, log_likeli
     rows = [] if run.draws is None else [run.draws[:, -1]]
     if run.final_state is not None:
         with be.scope(), be.activate():
-            rows.append(np.asarray(be.to_numpy(transition.emit(run.final_state)), float)
-                        .reshape(-1, setup.layout.dim))  # fmt: skip
+            rows.append(
+                np.asarray(be.to_numpy(transition.emit(run.final_state)), float).reshape(
+                    -1, setup.layout.dim
+                )
+            )
     partial = None
     if rows:
         flat = np.concatenate(rows)[:, None]
         partial = build_posterior(setup, flat, {}, "ensemble", log_likelihood=log_likelihood)
         partial.settings["members"] = members[: len(flat)]
     member = failure.chains[0]
-    held = "" if partial is None else (
-        f" error.partial holds members {members[: partial.num_chains]} at their positions "
-        "before that step."
-    )  # fmt: skip
+    held = (
+        ""
+        if partial is None
+        else (
+            f" error.partial holds members {members[: partial.num_chains]} at their positions "
+            "before that step."
+        )
+    )
     if failure.reason == "interrupted":
-        raise InferenceError(f"the ensemble was interrupted at step {failure.step}.{held}",
-                             partial=partial)  # fmt: skip
+        raise InferenceError(
+            f"the ensemble was interrupted at step {failure.step}.{held}", partial=partial
+        )
     raise InferenceError(
         f"ensemble member {member}: the loss or its gradient is not finite (NaN or inf) at "
         f"step {failure.step}.{held} Try a smaller lr, clip_norm=..., or check the model's "

@@ -71,9 +71,14 @@ class OptimizerConfig:
         if clip_norm is not None and (not _is_real(clip_norm) or not clip_norm > 0):
             raise ConfigError(f"clip_norm must be a number > 0 or None, got {clip_norm!r}.")
         return cls(
-            optimizer, float(lr), float(momentum), schedule, float(decay),
-            None if clip_norm is None else float(clip_norm), int(num_steps),
-        )  # fmt: skip
+            optimizer,
+            float(lr),
+            float(momentum),
+            schedule,
+            float(decay),
+            None if clip_norm is None else float(clip_norm),
+            int(num_steps),
+        )
 
 
 def _is_real(value: Any) -> bool:

@@ -139,9 +139,14 @@ class LazyLogLikelihood(Mapping):
 
 
 def build_posterior(
-    setup: Setup, flat: np.ndarray, sample_stats: dict, method: str,
-    log_likelihood: bool = True, discrete: dict | None = None, **extra,
-):  # fmt: skip
+    setup: Setup,
+    flat: np.ndarray,
+    sample_stats: dict,
+    method: str,
+    log_likelihood: bool = True,
+    discrete: dict | None = None,
+    **extra,
+):
     """A :class:`Posterior` from flat unconstrained draws shaped (chain, draw, dim); the
     discrete latent sites' draws are ``discrete`` (chain, draw, ...) where given (CAVI's q(z)),
     else drawn from p(z | θ, D)."""

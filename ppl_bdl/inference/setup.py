@@ -57,9 +57,14 @@ class Setup:
 
 
 def prepare(
-    bound, backend: str | None, precision: str, seed: int, device=None,
-    allow_discrete: bool = True, shard: str | None = None,
-) -> Setup:  # fmt: skip
+    bound,
+    backend: str | None,
+    precision: str,
+    seed: int,
+    device=None,
+    allow_discrete: bool = True,
+    shard: str | None = None,
+) -> Setup:
     """Validate and trace ``bound`` on ``backend`` (on ``device``: one, or several with
     ``shard`` saying what is split over them); lay out its latents (its discrete latents are
     summed out of the potential: :mod:`ppl_bdl.trace.enumeration`)."""
@@ -126,9 +131,15 @@ def _check_indexed(
             axis = len(site.shape.batch) + frame.dim
             values[name] = values[name][(slice(None),) * axis + (slice(0, batch_size),)]
     try:
-        trace_model(setup.bound, setup.backend, values=values, missing="error",
-                    batch={plate: np.arange(batch_size)}, check_bounds=False,
-                    local=local)  # fmt: skip
+        trace_model(
+            setup.bound,
+            setup.backend,
+            values=values,
+            missing="error",
+            batch={plate: np.arange(batch_size)},
+            check_bounds=False,
+            local=local,
+        )
     except ModelError as err:
         if "obs has shape" not in str(err):
             raise

@@ -121,8 +121,9 @@ def _draw_prior(setup: Setup, count: int, seed: int) -> np.ndarray:
     data, _ = setup.bound.data_arrays(be)
     with be.scope(), be.activate():
         program = _prior_program(setup)
-        draws = [be.to_numpy(program(be.asarray(s, "int"), data))
-                 for s in range(seed, seed + count)]  # fmt: skip
+        draws = [
+            be.to_numpy(program(be.asarray(s, "int"), data)) for s in range(seed, seed + count)
+        ]
         return np.asarray(np.stack(draws), dtype=float)
 
 
@@ -141,8 +142,15 @@ def _prior_program(setup: Setup):
     be, layout, model = setup.backend, setup.layout, setup.bound.model
     _, template = setup.bound.data_arrays(be)
     plate = setup.trace.data_plate
-    key = ("prior draws", be.name, be.precision, be.device, repr(template), plate,
-           tuple(layout.slots))  # fmt: skip
+    key = (
+        "prior draws",
+        be.name,
+        be.precision,
+        be.device,
+        repr(template),
+        plate,
+        tuple(layout.slots),
+    )
     if key not in model.compiled:
         # The program keeps no data: the data comes in as an argument, and the layout it keeps
         # is the slots alone (each draw is unconstrained by its own run's supports).
@@ -171,8 +179,10 @@ def _from_posterior(setup: Setup, post, num_chains: int) -> np.ndarray:
             f"{sorted(post.samples)}): pass a posterior of the same model."
         )
     be, layout = setup.backend, setup.layout
-    flat = {n: np.asarray(post.samples[n]).reshape((-1,) + post.samples[n].shape[2:])
-            for n in layout.names}  # fmt: skip
+    flat = {
+        n: np.asarray(post.samples[n]).reshape((-1,) + post.samples[n].shape[2:])
+        for n in layout.names
+    }
     total = len(next(iter(flat.values())))
     rows = []
     for chain in range(num_chains):

@@ -195,21 +195,31 @@ def mcmc_findings(post) -> list[Finding]:
             rhat = _worst(az.rhat(dataset), max)
             bad = {n: v for n, v in rhat.items() if v > RHAT_MAX}
             if bad:
-                findings.append(Finding(
-                    "rhat", _by_value(bad, reverse=True), max(bad.values()), RHAT_MAX,
-                    "the chains disagree (not mixed, or stuck in different modes); run more "
-                    "warmup and samples, or reparameterise",
-                ))  # fmt: skip
+                findings.append(
+                    Finding(
+                        "rhat",
+                        _by_value(bad, reverse=True),
+                        max(bad.values()),
+                        RHAT_MAX,
+                        "the chains disagree (not mixed, or stuck in different modes); run more "
+                        "warmup and samples, or reparameterise",
+                    )
+                )
         for kind in ("bulk", "tail"):
             ess = _worst(az.ess(dataset, method=kind), min)
             bad = {n: v / chains for n, v in ess.items() if v / chains < ESS_PER_CHAIN_MIN}
             if bad:
-                findings.append(Finding(
-                    f"ess_{kind}", _by_value(bad), min(bad.values()), ESS_PER_CHAIN_MIN,
-                    "too few effective draws for reliable "
-                    + ("means and sds" if kind == "bulk" else "intervals and tail quantiles")
-                    + "; run more samples (or thin less), or raise the step size",
-                ))  # fmt: skip
+                findings.append(
+                    Finding(
+                        f"ess_{kind}",
+                        _by_value(bad),
+                        min(bad.values()),
+                        ESS_PER_CHAIN_MIN,
+                        "too few effective draws for reliable "
+                        + ("means and sds" if kind == "bulk" else "intervals and tail quantiles")
+                        + "; run more samples (or thin less), or raise the step size",
+                    )
+                )
     return findings
 
 
@@ -219,31 +229,46 @@ def sampler_findings(stats: dict, method: str, settings: dict) -> list[Finding]:
     if "diverging" in stats:
         count = int(np.sum(stats["diverging"]))
         if count:
-            findings.append(Finding(
-                "divergences", (), count, 0,
-                "the sampler met curvature it cannot follow, so the posterior may be biased; "
-                "raise target_accept (e.g. 0.95) or reparameterise (non-centred)",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "divergences",
+                    (),
+                    count,
+                    0,
+                    "the sampler met curvature it cannot follow, so the posterior may be biased; "
+                    "raise target_accept (e.g. 0.95) or reparameterise (non-centred)",
+                )
+            )
     if method == "nuts" and "tree_depth" in stats:
         depth = int(settings.get("max_tree_depth", 10))
         share = float(np.mean(np.asarray(stats["tree_depth"]) >= depth))
         if share > TREE_DEPTH_FRACTION:
-            findings.append(Finding(
-                "tree_depth", (), share, TREE_DEPTH_FRACTION,
-                f"trajectories were cut at max_tree_depth={depth} (each such draw cost "
-                f"{2**depth - 1} gradient evaluations, and the chain explores slowly); for a "
-                "network use method='sghmc' or 'vi', otherwise raise max_tree_depth or "
-                "reparameterise",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "tree_depth",
+                    (),
+                    share,
+                    TREE_DEPTH_FRACTION,
+                    f"trajectories were cut at max_tree_depth={depth} (each such draw cost "
+                    f"{2**depth - 1} gradient evaluations, and the chain explores slowly); for a "
+                    "network use method='sghmc' or 'vi', otherwise raise max_tree_depth or "
+                    "reparameterise",
+                )
+            )
     if method in ("nuts", "hmc") and "acceptance_rate" in stats:
         target = float(settings.get("target_accept", 0.8))
         mean = float(np.mean(stats["acceptance_rate"]))
         if abs(mean - target) > ACCEPTANCE_GAP:
-            findings.append(Finding(
-                "acceptance", (), mean, target,
-                "the step size did not adapt to the target; run a longer warmup"
-                + (", or set a smaller step_size" if mean < target else ""),
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "acceptance",
+                    (),
+                    mean,
+                    target,
+                    "the step size did not adapt to the target; run a longer warmup"
+                    + (", or set a smaller step_size" if mean < target else ""),
+                )
+            )
     return findings
 
 
@@ -255,29 +280,44 @@ def vi_findings(losses, settings: dict, log_weights=None) -> list[Finding]:
     losses = np.asarray(losses if losses is not None else [], dtype=float)
     if settings.get("stop_reason") == "diverging":
         best = settings.get("best_step")
-        findings.append(Finding(
-            "vi_diverged", (), float(settings.get("stopped_at") or len(losses)), 0,
-            f"the run stopped there and returned the guide at step {best}, its best smoothed "
-            "loss; lower lr, or set clip_norm",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "vi_diverged",
+                (),
+                float(settings.get("stopped_at") or len(losses)),
+                0,
+                f"the run stopped there and returned the guide at step {best}, its best smoothed "
+                "loss; lower lr, or set clip_norm",
+            )
+        )
     elif losses.size >= 50:
         findings += _loss_curve_findings(losses)
     if settings.get("num_steps", 0) is None and settings.get("converged") is False:
-        findings.append(Finding(
-            "vi_not_converged", (), float(settings.get("steps_run") or losses.size), 0,
-            "the guide is the one at its best loss so far, not a converged fit; pass a larger "
-            "num_steps (e.g. twice as many, with schedule='plateau') or a larger lr, and look "
-            "at post.losses",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "vi_not_converged",
+                (),
+                float(settings.get("steps_run") or losses.size),
+                0,
+                "the guide is the one at its best loss so far, not a converged fit; pass a larger "
+                "num_steps (e.g. twice as many, with schedule='plateau') or a larger lr, and look "
+                "at post.losses",
+            )
+        )
     if log_weights is not None:
         khat = pareto_khat(log_weights)
         if khat > KHAT_MAX:
-            findings.append(Finding(
-                "psis_khat", (), khat, KHAT_MAX,
-                "the guide is far from the posterior where it matters (importance weights "
-                "p/q with a heavy tail): trust its means more than its tails; try a richer "
-                "guide (lowrank, flow) or MCMC",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "psis_khat",
+                    (),
+                    khat,
+                    KHAT_MAX,
+                    "the guide is far from the posterior where it matters (importance weights "
+                    "p/q with a heavy tail): trust its means more than its tails; try a richer "
+                    "guide (lowrank, flow) or MCMC",
+                )
+            )
     return findings
 
 
@@ -298,10 +338,15 @@ def cavi_findings(settings: dict, log_weights=None) -> list[Finding]:
     the fit with an error.)"""
     findings = []
     if settings.get("converged") is False:
-        findings.append(Finding(
-            "cavi_not_converged", (), float(settings.get("steps_run", 0)),
-            float(settings.get("tol", 0.0)), "raise num_steps (or loosen tol)",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "cavi_not_converged",
+                (),
+                float(settings.get("steps_run", 0)),
+                float(settings.get("tol", 0.0)),
+                "raise num_steps (or loosen tol)",
+            )
+        )
     if log_weights is not None and np.ptp(log_weights) <= 1e-9 * (1 + np.abs(log_weights).max()):
         log_weights = None  # equal weights: q is the posterior itself (a conjugate model)
     return findings + vi_findings(None, {}, log_weights)
@@ -335,8 +380,9 @@ def ensemble_findings(losses, members=None) -> list[Finding]:
     findings = []
     for kind, members in failed.items():
         worst = max(members, key=lambda k: members[k][0])
-        findings.append(Finding(f"ensemble_{kind}", tuple(members), *members[worst],
-                                _CURVE_ADVICE[kind]))  # fmt: skip
+        findings.append(
+            Finding(f"ensemble_{kind}", tuple(members), *members[worst], _CURVE_ADVICE[kind])
+        )
     return findings
 
 

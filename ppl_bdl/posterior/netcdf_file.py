@@ -106,7 +106,9 @@ def _vi_dataset(post):
 
     data_vars, attrs = {}, {}
     if post.losses is not None:
-        losses = np.asarray(post.losses, dtype=float)  # (fit, step): several VI fits, an ensemble's members
+        losses = np.asarray(
+            post.losses, dtype=float
+        )  # (fit, step): several VI fits, an ensemble's members
         data_vars["losses"] = (("fit", "step")[2 - losses.ndim :], losses)
     if post.guide is not None:
         fits = post.guide if isinstance(post.guide, list) else None

@@ -174,9 +174,13 @@ class Posterior:
 
     # -- prediction ---------------------------------------------------------------------------
     def predict(
-        self, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None,
+        self,
+        bound,
+        num_samples: int | None = None,
+        seed: int = 0,
+        site: str | None = None,
         device: str | None = None,
-    ):  # fmt: skip
+    ):
         """Posterior predictive at new inputs: ``post.predict(model(X_new))``.
 
         Returns a :class:`~ppl_bdl.posterior.predictive.PredictiveResult` with the draws of each predicted
@@ -273,9 +277,12 @@ class Posterior:
             raise ConfigError(
                 f"post.{what} needs a VI fit with an amortized guide (guide=guides.Amortized(...)); "
                 f"this posterior (method {self.method or '?'!r}) has no fitted guide"
-                + (" (a posterior loaded from a file keeps no encoder: refit it)." if
-                   self.model is None else ".")
-            )  # fmt: skip
+                + (
+                    " (a posterior loaded from a file keeps no encoder: refit it)."
+                    if self.model is None
+                    else "."
+                )
+            )
         return self.guide
 
     # -- saving -------------------------------------------------------------------------------

@@ -221,9 +221,13 @@ def _result(sites: dict, draws, moments, site):
 
 
 def posterior_predictive(
-    posterior, bound, num_samples: int | None = None, seed: int = 0, site: str | None = None,
+    posterior,
+    bound,
+    num_samples: int | None = None,
+    seed: int = 0,
+    site: str | None = None,
     device: str | None = None,
-):  # fmt: skip
+):
     """Draws of the sites ``bound`` predicts, one per posterior draw (or ``num_samples`` of them).
 
     The model's latent sites are taken from the posterior; a global latent site (outside every
@@ -235,9 +239,10 @@ def posterior_predictive(
     # Validate the new inputs once ("uniform" draws also work for flat priors).
     sites = trace_model(bound, be, seed=seed, missing="uniform")
     missing = [
-        n for n, s in sites.items()
+        n
+        for n, s in sites.items()
         if s.kind == "latent" and not s.plates and n not in posterior.latent_names
-    ]  # fmt: skip
+    ]
     if missing:
         raise ModelError(
             f"model {bound.name!r} has latent site(s) {missing} that the posterior (of "

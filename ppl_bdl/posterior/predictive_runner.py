@@ -58,8 +58,10 @@ def run_predictive(
     with be.scope(), be.activate():
         for start in range(0, num_samples, per_call):
             rows = min(per_call, num_samples - start)
-            chunk = {k: be.asarray(_pad(np.asarray(v)[start : start + rows], per_call))
-                     for k, v in values.items()}  # fmt: skip
+            chunk = {
+                k: be.asarray(_pad(np.asarray(v)[start : start + rows], per_call))
+                for k, v in values.items()
+            }
             keys = be.random.keys(be.random.key(seed + start), per_call)
             d_parts, m_parts = [], []
             for p_start in range(0, size, points) if plate else [None]:
@@ -71,14 +73,26 @@ def run_predictive(
                 d_parts.append(
                     {k: _trim(be.to_numpy(v)[:rows], axes.get(k), real) for k, v in d.items()}
                 )
-                m_parts.append({
-                    k: {n: _trim(_full(be.to_numpy(a)[:rows], sites, k, n, axes, points),
-                                 axes.get(k), real) for n, a in v.items()}
-                    for k, v in m.items()
-                })  # fmt: skip
+                m_parts.append(
+                    {
+                        k: {
+                            n: _trim(
+                                _full(be.to_numpy(a)[:rows], sites, k, n, axes, points),
+                                axes.get(k),
+                                real,
+                            )
+                            for n, a in v.items()
+                        }
+                        for k, v in m.items()
+                    }
+                )
             draws_parts.append(_join(d_parts, axes))
-            moment_parts.append({k: _join([p[k] for p in m_parts], {n: axes.get(k) for n in v})
-                                 for k, v in m_parts[0].items()})  # fmt: skip
+            moment_parts.append(
+                {
+                    k: _join([p[k] for p in m_parts], {n: axes.get(k) for n in v})
+                    for k, v in m_parts[0].items()
+                }
+            )
     draws = {k: np.concatenate([p[k] for p in draws_parts]) for k in draws_parts[0]}
     moments = {
         k: {n: np.concatenate([p[k][n] for p in moment_parts]) for n in v}
@@ -98,17 +112,30 @@ def sites_plate_size(sites, plate: str) -> int:
 def _compiled(bound, be, template, params: dict, plate: str | None):
     """``run(values, keys, data, idx)`` vmapped over draws and compiled, cached on the model."""
     cache = bound.model.compiled
-    key = ("predictive", be.name, be.precision, be.device, repr(template), plate,
-           tuple(sorted(params)))  # fmt: skip
+    key = (
+        "predictive",
+        be.name,
+        be.precision,
+        be.device,
+        repr(template),
+        plate,
+        tuple(sorted(params)),
+    )
     if key not in cache:
 
         def one(vals, rng_key, data, idx, params):
             args, kwargs = fill_data(template, data)
             batch = None if idx is None else {plate: idx}
             ev = Evaluator(
-                be, values=vals, params=params, key=rng_key, predictive=True, missing="prior",
-                record=True, batch=batch,
-            )  # fmt: skip
+                be,
+                values=vals,
+                params=params,
+                key=rng_key,
+                predictive=True,
+                missing="prior",
+                record=True,
+                batch=batch,
+            )
             bound.run_with(ev, (args, kwargs))
             return _draws_and_moments(ev.sites, vals)
 

@@ -206,9 +206,18 @@ def run_job(executor: Executor, job: ChainJob) -> Posterior:
         else f"{len(failed)} of {len(results)} groups of chains failed:"
     )
     error = ExecutorError(
-        "\n".join([head, *lines, kept + " (each failed group's own draws, where it kept any, are "
-                   "in error.failed[i].partial)."]),
-        partial=partial, failed=failed, finished=finished, interrupted=interrupted,
-    )  # fmt: skip
+        "\n".join(
+            [
+                head,
+                *lines,
+                kept + " (each failed group's own draws, where it kept any, are "
+                "in error.failed[i].partial).",
+            ]
+        ),
+        partial=partial,
+        failed=failed,
+        finished=finished,
+        interrupted=interrupted,
+    )
     cause = next((r.error for r in failed if r.error is not None), None)
     raise error from cause

@@ -165,14 +165,33 @@ def fit(
     """
     progress = _want_progress(progress)
     samples = 1000 if num_samples is None else num_samples  # None: an ensemble refuses any
-    mcmc = dict(backend=backend, method=method, num_warmup=num_warmup, num_samples=samples,
-                num_chains=num_chains, thinning=thinning, seed=seed, init=init,
-                precision=precision, device=device, shard=shard, progress=progress,
-                log_likelihood=log_likelihood, hold_params=hold_params, options=options)  # fmt: skip
+    mcmc = dict(
+        backend=backend,
+        method=method,
+        num_warmup=num_warmup,
+        num_samples=samples,
+        num_chains=num_chains,
+        thinning=thinning,
+        seed=seed,
+        init=init,
+        precision=precision,
+        device=device,
+        shard=shard,
+        progress=progress,
+        log_likelihood=log_likelihood,
+        hold_params=hold_params,
+        options=options,
+    )
     if not isinstance(strict, bool):
         raise ConfigError(f"strict must be True or False, got {strict!r}.")
-    settings = dict(method=method, backend=backend, precision=precision, device=device,
-                    seed=seed, **{k: v for k, v in options.items() if plain(v)})  # fmt: skip
+    settings = dict(
+        method=method,
+        backend=backend,
+        precision=precision,
+        device=device,
+        seed=seed,
+        **{k: v for k, v in options.items() if plain(v)},
+    )
     if shard is not None:
         settings["shard"] = shard
     if method in ("cavi", "vi") and executor is not None:
@@ -192,9 +211,19 @@ def fit(
         check_ensemble_call(num_chains, num_warmup, thinning, num_samples)
         chain_ids = _chain_ids(chain_ids, config.num_members)
         runner = choose_executor(executor, backend, precision, device, shard)
-        members = dict(backend=backend, precision=precision, device=device, shard=shard,
-                       seed=seed, init=init, progress=progress, log_likelihood=log_likelihood,
-                       hold_params=hold_params, settings=settings, options=options)  # fmt: skip
+        members = dict(
+            backend=backend,
+            precision=precision,
+            device=device,
+            shard=shard,
+            seed=seed,
+            init=init,
+            progress=progress,
+            log_likelihood=log_likelihood,
+            hold_params=hold_params,
+            settings=settings,
+            options=options,
+        )
         if runner is None:
             post, setup = fit_ensemble(bound, chain_ids=chain_ids, **members)
             return _diagnose(post, setup, strict)
@@ -207,8 +236,14 @@ def fit(
         _one_device(setup, method)
         setup.settings.update(settings, num_samples=num_samples, **where(setup))
         check_params(setup, method, hold_params)
-        post = run_cavi(setup, _positive_int("num_samples", num_samples), seed, progress,
-                        log_likelihood, **options)  # fmt: skip
+        post = run_cavi(
+            setup,
+            _positive_int("num_samples", num_samples),
+            seed,
+            progress,
+            log_likelihood,
+            **options,
+        )
         return _diagnose(post, setup, strict)
     if method == "vi":
         unused = {"num_warmup": num_warmup, "thinning": thinning, "init": init}
@@ -229,19 +264,23 @@ def fit(
         if num_chains is not None:
             setup.settings["num_chains"] = num_chains
         post = run_vi(
-            setup, num_samples=_positive_int("num_samples", num_samples), seed=seed,
-            progress=progress, log_likelihood=log_likelihood,
+            setup,
+            num_samples=_positive_int("num_samples", num_samples),
+            seed=seed,
+            progress=progress,
+            log_likelihood=log_likelihood,
             num_chains=_positive_int("num_chains", 1 if num_chains is None else num_chains),
             **options,
-        )  # fmt: skip
+        )
         return _diagnose(post, setup, strict)
     runner = choose_executor(executor, backend, precision, device, shard)
     if runner is None:
         post, setup = fit_mcmc(bound, chain_ids=chain_ids, **mcmc)
         return _diagnose(post, setup, strict)
     num_chains, chains = check_mcmc(chain_ids=chain_ids, **mcmc)[2:4]
-    post = run_groups(runner, bound, chains, dict(mcmc, num_chains=num_chains), fit_chains,
-                      progress)  # fmt: skip
+    post = run_groups(
+        runner, bound, chains, dict(mcmc, num_chains=num_chains), fit_chains, progress
+    )
     return _report(post, bound.name, strict)
 
 

@@ -29,7 +29,9 @@ def chain_ids_to_run(chain_ids, num_chains: int) -> list[int]:
     ids = list(chain_ids) if isinstance(chain_ids, list | tuple | range) else None
     if (
         not ids
-        or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_chains for c in ids)
+        or any(
+            isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < num_chains for c in ids
+        )
         or len(set(ids)) != len(ids)
     ):
         raise ConfigError(

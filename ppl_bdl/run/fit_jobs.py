@@ -117,24 +117,60 @@ def check_mcmc(method, num_warmup, num_samples, num_chains, thinning, chain_ids,
     return entry, config, num_chains, chain_ids, num_warmup, thinning
 
 
-def fit_mcmc(bound, *, backend, method, num_warmup, num_samples, num_chains, thinning, seed,
-             init, precision, device, shard, progress, log_likelihood, hold_params,
-             chain_ids, options):  # fmt: skip
+def fit_mcmc(
+    bound,
+    *,
+    backend,
+    method,
+    num_warmup,
+    num_samples,
+    num_chains,
+    thinning,
+    seed,
+    init,
+    precision,
+    device,
+    shard,
+    progress,
+    log_likelihood,
+    hold_params,
+    chain_ids,
+    options,
+):
     """NUTS, HMC or an SG-MCMC kernel on ``bound``: the posterior (of ``chain_ids``) and the
     setup, without the post-fit checks."""
     entry, config, num_chains, chain_ids, num_warmup, thinning = check_mcmc(
         method, num_warmup, num_samples, num_chains, thinning, chain_ids, options
     )
-    common = dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                  thinning=thinning, seed=seed, init=init, progress=progress,
-                  log_likelihood=log_likelihood, chain_ids=chain_ids)  # fmt: skip
+    common = dict(
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        thinning=thinning,
+        seed=seed,
+        init=init,
+        progress=progress,
+        log_likelihood=log_likelihood,
+        chain_ids=chain_ids,
+    )
     setup = prepare(bound, backend, precision, seed, device, shard=shard)
-    setup.settings.update(method=method, backend=backend, precision=precision, device=device,
-                          seed=seed, **{k: v for k, v in options.items() if plain(v)})  # fmt: skip
+    setup.settings.update(
+        method=method,
+        backend=backend,
+        precision=precision,
+        device=device,
+        seed=seed,
+        **{k: v for k, v in options.items() if plain(v)},
+    )
     if shard is not None:
         setup.settings["shard"] = shard
-    setup.settings.update(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                          thinning=thinning, **where(setup))  # fmt: skip
+    setup.settings.update(
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        thinning=thinning,
+        **where(setup),
+    )
     check_params(setup, method, hold_params)
     if entry.kind == "native":
         warn_cost(setup, method)
@@ -151,16 +187,37 @@ def fit_members(bound, chain_ids: list[int], options: dict):
     return fit_ensemble(bound, chain_ids=chain_ids, **options)[0]
 
 
-def fit_ensemble(bound, *, backend, precision, device, shard, seed, init, progress,
-                 log_likelihood, hold_params, chain_ids, settings, options):  # fmt: skip
+def fit_ensemble(
+    bound,
+    *,
+    backend,
+    precision,
+    device,
+    shard,
+    seed,
+    init,
+    progress,
+    log_likelihood,
+    hold_params,
+    chain_ids,
+    settings,
+    options,
+):
     """The members ``chain_ids`` of ``method="ensemble"`` on ``bound`` and the setup, without
     the post-fit checks; ``settings``: those ``fit`` saves with every method."""
     config = EnsembleConfig.build(**options)
     setup = prepare(bound, backend, precision, seed, device, shard=shard)
     setup.settings.update(settings, **config.settings(), **where(setup))
     check_params(setup, "ensemble", hold_params)
-    post = run_ensemble(setup, config, seed=seed, init=init, progress=progress,
-                        log_likelihood=log_likelihood, chain_ids=chain_ids)  # fmt: skip
+    post = run_ensemble(
+        setup,
+        config,
+        seed=seed,
+        init=init,
+        progress=progress,
+        log_likelihood=log_likelihood,
+        chain_ids=chain_ids,
+    )
     return post, setup
 
 

@@ -151,9 +151,11 @@ class DeviceExecutor:
                     continue
                 worker.stop()
                 results[worker.index] = GroupResult(
-                    worker.group, reason="cancelled", error=err,
+                    worker.group,
+                    reason="cancelled",
+                    error=err,
                     message="interrupted (Ctrl-C); its worker process was stopped",
-                )  # fmt: skip
+                )
         finally:
             for worker in workers:
                 worker.stop()
@@ -175,8 +177,16 @@ class _Worker:
 
     def start(self) -> None:
         self.tries += 1
-        cmd = [sys.executable, "-m", __name__, str(self.folder), str(self.out),
-               self.device, str(self.threads), *map(str, self.group)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            __name__,
+            str(self.folder),
+            str(self.out),
+            self.device,
+            str(self.threads),
+            *map(str, self.group),
+        ]
         with open(self.log, "wb") as err:
             self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=err)
 
@@ -191,10 +201,14 @@ class _Worker:
         how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
         tail = self.log.read_text(errors="replace").strip().splitlines()[-STDERR_LINES:]
         said = ("; its last words:\n    " + "\n    ".join(tail)) if tail else ""
-        return GroupResult(self.group, reason="worker died", message=(
-            f"its worker process on {self.device} ended without a result ({how}) after "
-            f"{self.tries - 1} retr{'y' if self.tries == 2 else 'ies'}{said}"
-        ))  # fmt: skip
+        return GroupResult(
+            self.group,
+            reason="worker died",
+            message=(
+                f"its worker process on {self.device} ended without a result ({how}) after "
+                f"{self.tries - 1} retr{'y' if self.tries == 2 else 'ies'}{said}"
+            ),
+        )
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -251,11 +265,16 @@ def main(argv: list[str]) -> None:
         if int(threads):  # this process's share of the CPU's cores
             backends.get(job.options.get("backend")).set_threads(int(threads))
         group = [int(c) for c in chains]
-        result = run_detached(dataclasses.replace(job, options={**job.options, "device": device}),
-                              group)  # fmt: skip
+        result = run_detached(
+            dataclasses.replace(job, options={**job.options, "device": device}), group
+        )
     except Exception as err:  # the group's failure, sent back whole where it pickles
-        result = GroupResult([int(c) for c in chains], reason="error",
-                             message=f"{type(err).__name__}: {err}", error=_picklable(err))  # fmt: skip
+        result = GroupResult(
+            [int(c) for c in chains],
+            reason="error",
+            message=f"{type(err).__name__}: {err}",
+            error=_picklable(err),
+        )
     Path(out + ".part").write_bytes(pickle.dumps(result))
     os.replace(out + ".part", out)  # whole, or not there
 

@@ -32,15 +32,21 @@ from ppl_bdl.run.executor import (
     portable_options,
     run_detached,
     split_chains,
-)  # fmt: skip
+)
 
 #: Keys of ``resources`` that are Ray's own task options; any other key is a custom resource.
 TASK_RESOURCES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 #: Seconds between checks for finished tasks (Ctrl-C is seen between them).
 POLL_SECONDS = 0.2
 #: Ray's errors that mean the worker (or its node) died, not that the fit failed.
-_DIED = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMemoryError",
-         "ObjectLostError", "OwnerDiedError")  # fmt: skip
+_DIED = (
+    "WorkerCrashedError",
+    "NodeDiedError",
+    "LocalRayletDiedError",
+    "OutOfMemoryError",
+    "ObjectLostError",
+    "OwnerDiedError",
+)
 
 
 class RayExecutor:
@@ -78,9 +84,13 @@ class RayExecutor:
     """
 
     def __init__(
-        self, address: str | None = None, resources: dict | None = None, max_retries: int = 2,
-        chains_per_task: int | None = None, runtime_env: dict | None = None,
-    ):  # fmt: skip
+        self,
+        address: str | None = None,
+        resources: dict | None = None,
+        max_retries: int = 2,
+        chains_per_task: int | None = None,
+        runtime_env: dict | None = None,
+    ):
         if address is not None and not isinstance(address, str):
             raise ConfigError(
                 f"address must be None (a local Ray), 'auto' (the cluster on this machine) or a "
@@ -126,8 +136,12 @@ class RayExecutor:
         import ray  # an optional extra: imported when a fit first uses it
 
         if not ray.is_initialized():
-            ray.init(address=self.address, runtime_env=self.runtime_env, include_dashboard=False,
-                     logging_level="WARNING")  # fmt: skip
+            ray.init(
+                address=self.address,
+                runtime_env=self.runtime_env,
+                include_dashboard=False,
+                logging_level="WARNING",
+            )
         return ray
 
     def _task_options(self, options: dict) -> dict:
@@ -183,8 +197,12 @@ class RayExecutor:
                     results[i] = _result(ray, ref, groups[i], self.max_retries)
             for ref, i in pending.items():
                 ray.cancel(ref, force=True)
-                results[i] = GroupResult(groups[i], reason="cancelled", error=err,
-                                         message="interrupted (Ctrl-C); its Ray task was cancelled")  # fmt: skip
+                results[i] = GroupResult(
+                    groups[i],
+                    reason="cancelled",
+                    error=err,
+                    message="interrupted (Ctrl-C); its Ray task was cancelled",
+                )
         finally:
             if bar is not None:
                 bar.close()
@@ -202,14 +220,20 @@ def _result(ray, ref, group: list[int], retries: int) -> GroupResult:
     try:
         return ray.get(ref)
     except ray.exceptions.TaskCancelledError as err:
-        return GroupResult(group, reason="cancelled", message="its Ray task was cancelled",
-                           error=err)  # fmt: skip
+        return GroupResult(
+            group, reason="cancelled", message="its Ray task was cancelled", error=err
+        )
     except ray.exceptions.RayError as err:
         if type(err).__name__ in _DIED:
-            return GroupResult(group, reason="worker died", error=err, message=(
-                f"its Ray worker died and the task failed after {retries} retr"
-                f"{'y' if retries == 1 else 'ies'} ({type(err).__name__}: {_first_line(err)})"
-            ))  # fmt: skip
+            return GroupResult(
+                group,
+                reason="worker died",
+                error=err,
+                message=(
+                    f"its Ray worker died and the task failed after {retries} retr"
+                    f"{'y' if retries == 1 else 'ies'} ({type(err).__name__}: {_first_line(err)})"
+                ),
+            )
         cause = getattr(err, "cause", None)
         if isinstance(cause, RunInterrupted | KeyboardInterrupt):
             return GroupResult(group, reason="cancelled", message="interrupted", error=err)

@@ -104,10 +104,15 @@ class Enumeration:
     def _native(self, data, jacobian: bool, unroll: bool | None):
         def model(inputs):
             lowering = Lowering(
-                self.backend, sites=self.sites, unconstrained=inputs["latent"],
-                params=inputs["params"], enumerated=frozenset(self.discrete),
-                exclude=self.exclude, jacobian=jacobian, unroll=unroll,
-            )  # fmt: skip
+                self.backend,
+                sites=self.sites,
+                unconstrained=inputs["latent"],
+                params=inputs["params"],
+                enumerated=frozenset(self.discrete),
+                exclude=self.exclude,
+                jacobian=jacobian,
+                unroll=unroll,
+            )
             self.bound.run_with(lowering, fill_data(self.template, data))
 
         return model

@@ -152,9 +152,11 @@ class Evaluator(Runtime):
         if self.validate:
             self._check_params(msg)
         if (
-            msg.name in self.exclude and msg.name in self.unconstrained and not self.record
+            msg.name in self.exclude
+            and msg.name in self.unconstrained
+            and not self.record
             and spec.support.name == "real"
-        ):  # fmt: skip
+        ):
             # Excluded real-valued latent in a hot loop: its value is u and nothing else is
             # needed, so skip building the native distribution (a closed-form KL handles it).
             self._refuse_subsampled_latent(msg)
@@ -195,16 +197,18 @@ class Evaluator(Runtime):
         if msg.name not in self.exclude:
             self._add_log_density(msg, log_prob)
         if self.record:
-            self._record(SiteRecord(
-                name=msg.name,
-                kind="observed" if msg.obs is not None else "latent",
-                value=value,
-                spec=spec,
-                native=native,
-                shape=shape,
-                plates=tuple(msg.plates),
-                log_prob=log_prob,
-            ))  # fmt: skip
+            self._record(
+                SiteRecord(
+                    name=msg.name,
+                    kind="observed" if msg.obs is not None else "latent",
+                    value=value,
+                    spec=spec,
+                    native=native,
+                    shape=shape,
+                    plates=tuple(msg.plates),
+                    log_prob=log_prob,
+                )
+            )
 
     def _param(self, msg: Message) -> None:
         value = self.params.get(msg.name)
@@ -392,8 +396,14 @@ def _stacked(be, records: list[SiteRecord], scan_name: str) -> SiteRecord:
         shape = SiteShape((len(records),) + shape.batch, shape.extra, shape.event)
     native = None if first.native is None else StackedNative(be, [r.native for r in records])
     return SiteRecord(
-        name=first.name, kind=first.kind, value=stack("value"), spec=first.spec, native=native,
-        shape=shape, plates=first.plates, log_prob=stack("log_prob"),
+        name=first.name,
+        kind=first.kind,
+        value=stack("value"),
+        spec=first.spec,
+        native=native,
+        shape=shape,
+        plates=first.plates,
+        log_prob=stack("log_prob"),
         constraint=first.constraint,
         extra={"scan": scan_name, "steps": len(records), "step_shape": first.shape},
-    )  # fmt: skip
+    )

@@ -201,9 +201,13 @@ class ModelDensity:
     """
 
     def __init__(
-        self, bound, backend, layout: LatentLayout, params: dict | None = None,
+        self,
+        bound,
+        backend,
+        layout: LatentLayout,
+        params: dict | None = None,
         exclude: frozenset = frozenset(),
-    ):  # fmt: skip
+    ):
         self.bound, self.backend, self.layout = bound, backend, layout
         self.params, self.exclude = params, exclude
         self.data, self._template = bound.data_arrays(backend)
@@ -222,13 +226,18 @@ class ModelDensity:
             if batch is not None:
                 raise ModelError(_NO_MINIBATCH.format(self.layout.discrete))
             return -self.enumeration.log_density(
-                sites, self.data if data is None else data,
+                sites,
+                self.data if data is None else data,
                 self.params if params is None else params,
-            )  # fmt: skip
+            )
         ev = Evaluator(
-            self.backend, unconstrained=sites, params=self.params if params is None else params,
-            batch=batch, exclude=self.exclude, observed=observed,
-        )  # fmt: skip
+            self.backend,
+            unconstrained=sites,
+            params=self.params if params is None else params,
+            batch=batch,
+            exclude=self.exclude,
+            observed=observed,
+        )
         return -self._run(ev, data).log_joint
 
     def potential(self, flat, data=None, batch=None, params=None, observed=None):
@@ -240,10 +249,14 @@ class ModelDensity:
         """The observed sites drawn from the model at the flat θ (site name -> value, of the
         shape the site has on ``batch``): the labels of a sampled-label Fisher."""
         ev = Evaluator(
-            self.backend, unconstrained=self.layout.unflatten(flat, self.backend), key=key,
-            params=self.params if params is None else params, batch=batch, predictive=True,
+            self.backend,
+            unconstrained=self.layout.unflatten(flat, self.backend),
+            key=key,
+            params=self.params if params is None else params,
+            batch=batch,
+            predictive=True,
             record=True,
-        )  # fmt: skip
+        )
         sites = self._run(ev, data).sites
         return {n: s.value for n, s in sites.items() if s.kind == "observed"}
 
@@ -259,9 +272,13 @@ class ModelDensity:
         ``batch`` runs a plate on some of its points only (see :class:`Evaluator`);
         ``discrete`` holds values of the discrete latent sites (drawn after the fit)."""
         ev = Evaluator(
-            self.backend, unconstrained=self.layout.unflatten(flat), params=self.params,
-            record=True, batch=batch, values=discrete,
-        )  # fmt: skip
+            self.backend,
+            unconstrained=self.layout.unflatten(flat),
+            params=self.params,
+            record=True,
+            batch=batch,
+            values=discrete,
+        )
         sites = self._run(ev, data).sites
         values = {n: s.value for n, s in sites.items() if s.kind in ("latent", "deterministic")}
         if not log_likelihood:

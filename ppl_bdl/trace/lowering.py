@@ -54,10 +54,17 @@ class Lowering(Runtime):
     """
 
     def __init__(
-        self, backend, *, sites: dict | None = None, unconstrained: dict | None = None,
-        params: dict | None = None, enumerated: frozenset = frozenset(),
-        exclude: frozenset = frozenset(), jacobian: bool = True, unroll: bool | None = None,
-    ):  # fmt: skip
+        self,
+        backend,
+        *,
+        sites: dict | None = None,
+        unconstrained: dict | None = None,
+        params: dict | None = None,
+        enumerated: frozenset = frozenset(),
+        exclude: frozenset = frozenset(),
+        jacobian: bool = True,
+        unroll: bool | None = None,
+    ):
         super().__init__(backend)
         self.sites = sites or {}
         self.unconstrained = unconstrained or {}

@@ -99,9 +99,16 @@ def record_model(bound, backend, seed: int = 0) -> ModelTrace:
 
 
 def trace_model(
-    bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True,
-    batch: dict | None = None, check_bounds: bool = True, local: frozenset = frozenset(),
-):  # fmt: skip
+    bound,
+    backend,
+    seed: int = 0,
+    missing: str = "uniform",
+    values=None,
+    validate=True,
+    batch: dict | None = None,
+    check_bounds: bool = True,
+    local: frozenset = frozenset(),
+):
     """Run ``bound`` once on ``backend`` with validation on; return its sites by name.
 
     ``batch`` (plate name -> indices) runs the plate on a subset, as a minibatch does; the
@@ -125,18 +132,32 @@ def trace_model(
 
 
 def _validating_run(
-    bound, backend, seed: int = 0, missing: str = "uniform", values=None, validate=True,
-    batch: dict | None = None, check_bounds: bool = True, local: frozenset = frozenset(),
-) -> Evaluator:  # fmt: skip
+    bound,
+    backend,
+    seed: int = 0,
+    missing: str = "uniform",
+    values=None,
+    validate=True,
+    batch: dict | None = None,
+    check_bounds: bool = True,
+    local: frozenset = frozenset(),
+) -> Evaluator:
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
     with backend.scope():
         key = backend.random.key(seed)
         ev = Evaluator(
-            backend, key=key, missing=missing, values=values, validate=validate, record=True,
-            batch=None if batch is None else {k: backend.asarray(v, "int") for k, v in batch.items()},
+            backend,
+            key=key,
+            missing=missing,
+            values=values,
+            validate=validate,
+            record=True,
+            batch=None
+            if batch is None
+            else {k: backend.asarray(v, "int") for k, v in batch.items()},
             local=local,
-        )  # fmt: skip
+        )
         try:
             bound.run_with(ev)
             if validate and check_bounds and not backend.checks_index_bounds:

@@ -87,9 +87,14 @@ class PointDensity:
     """
 
     def __init__(
-        self, bound, backend, plate: str, local: frozenset = frozenset(), params: dict | None = None,
+        self,
+        bound,
+        backend,
+        plate: str,
+        local: frozenset = frozenset(),
+        params: dict | None = None,
         exclude: frozenset = frozenset(),
-    ):  # fmt: skip
+    ):
         self.bound, self.backend, self.plate = bound, backend, plate
         self.local, self.params, self.exclude = frozenset(local), params, frozenset(exclude)
         self.data, self._template = bound.data_arrays(backend)
@@ -97,10 +102,14 @@ class PointDensity:
     def __call__(self, sites: dict, data=None, indices=None, params=None) -> tuple[Any, Any]:
         be = self.backend
         ev = PointwiseEvaluator(
-            be, self.plate, unconstrained=sites, batch={self.plate: indices},
-            params=self.params if params is None else params, exclude=self.exclude,
+            be,
+            self.plate,
+            unconstrained=sites,
+            batch={self.plate: indices},
+            params=self.params if params is None else params,
+            exclude=self.exclude,
             local=self.local,
-        )  # fmt: skip
+        )
         self.bound.run_with(ev, fill_data(self._template, self.data if data is None else data))
         points = ev.log_point
         if not be.is_array(points):  # no site in the plate: zero per point

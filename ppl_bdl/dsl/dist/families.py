@@ -68,6 +68,6 @@ FAMILIES = {
         OrderedLogistic, Dirichlet, MultivariateNormal, LowRankMultivariateNormal, Multinomial,
         LKJCholesky, LKJ, Wishart, ImproperUniform, Delta, GaussianRandomWalk, MixtureSameFamily,
     )
-}  # fmt: skip
+}
 
 __all__ = sorted(FAMILIES) + ["FAMILIES"]

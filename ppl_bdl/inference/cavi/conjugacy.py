@@ -96,7 +96,7 @@ class _Prober:
                     f"method='cavi' on {setup.bound.name!r}: latent site {name!r} has a {family} "
                     f"distribution, whose complete conditional CAVI has no closed-form update "
                     f"for (it updates {', '.join(LATENT_FAMILIES)} latents).{hint} {_WHAT_WORKS}"
-                )  # fmt: skip
+                )
             shape = tuple(site.shape.value)
             k = shape[-1] if family == "Dirichlet" else 0
             if family == "Categorical":
@@ -120,8 +120,11 @@ class _Prober:
     def _params_at(self, values: dict) -> dict:
         ev = Evaluator(self.be, values=values, params=self.setup.params, record=True)
         self.setup.bound.run_with(ev)
-        return {n: {k: self.be.math.asarray(v) for k, v in s.spec.params.items()}
-                for n, s in ev.sites.items() if s.kind in ("latent", "observed")}  # fmt: skip
+        return {
+            n: {k: self.be.math.asarray(v) for k, v in s.spec.params.items()}
+            for n, s in ev.sites.items()
+            if s.kind in ("latent", "observed")
+        }
 
     def run(self, **changes) -> dict:
         """The parameters of every site with the latents at ``changes`` (else at the base)."""
@@ -160,8 +163,9 @@ class _Prober:
             moved = self.run(**{latent: self.moved(latent)})
             for name, params in keys.items():
                 for key in params:
-                    if not np.array_equal(self.param(base, name, key),
-                                          self.param(moved, name, key)):  # fmt: skip
+                    if not np.array_equal(
+                        self.param(base, name, key), self.param(moved, name, key)
+                    ):
                         depends.setdefault((name, key), set()).add(latent)
         factors = []
         for name, params in keys.items():
@@ -187,15 +191,19 @@ class _Prober:
             p = {k: self.param(base, name, k) for k in site.spec.params}
             if family == "Dirichlet":
                 return Factor(name, family, False, size, consts={"alpha0": p["concentration"]})
-            return Factor(name, family, False, size,
-                          consts={"a0": p["concentration"], "b0": p["rate"]})  # fmt: skip
+            return Factor(
+                name, family, False, size, consts={"a0": p["concentration"], "b0": p["rate"]}
+            )
         if family == "Normal":
             f = Factor(name, family, observed, size)
             f.loc = self.loc_link(f, base, parents.get("loc", []))
             f.prec = self.prec_link(f, base, parents.get("scale", []))
             if f.loc.assign and f.prec.assign and f.loc.assign != f.prec.assign:
-                raise self._error(f.prec.assign, f"site {name!r} mixes over two assignments "
-                                  f"({f.loc.assign!r}, {f.prec.assign!r})")  # fmt: skip
+                raise self._error(
+                    f.prec.assign,
+                    f"site {name!r} mixes over two assignments "
+                    f"({f.loc.assign!r}, {f.prec.assign!r})",
+                )
         elif family == "Categorical":
             f = Factor(name, family, observed, size)
             f.probs = self.probs_link(f, base, parents)
@@ -221,8 +229,9 @@ class _Prober:
         for p in parents:
             family = self.latents[p].family
             if family not in allowed:
-                raise self._error(p, f"it enters site {site!r} through its {key!r} (a "
-                                  f"{family} latent there)")  # fmt: skip
+                raise self._error(
+                    p, f"it enters site {site!r} through its {key!r} (a {family} latent there)"
+                )
             by_family.setdefault(family, []).append(p)
         return by_family
 
@@ -240,8 +249,9 @@ class _Prober:
                 locs, assign = self.draw(mu), self.draw(z)
                 got = self.param(self.run(**{mu: locs, z: assign}), name, "loc")
                 if not self.close(got, np.broadcast_to(locs[assign], got.shape)):
-                    raise self._error(mu, f"site {name!r}'s loc depends on {mu!r} and {z!r} "
-                                      f"but is not {mu}[{z}]")  # fmt: skip
+                    raise self._error(
+                        mu, f"site {name!r}'s loc depends on {mu!r} and {z!r} but is not {mu}[{z}]"
+                    )
             return Link("indexed", (mu,), z)
         zero = {p: np.zeros(self.latents[p].shape) for p in normals}
         self.budget(name, "loc", normals)
@@ -252,8 +262,9 @@ class _Prober:
             for m in range(lat.size):
                 unit = np.zeros(lat.size)
                 unit[m] = 1.0
-                cols.append(self.param(self.run(**{**zero, p: unit.reshape(lat.shape)}), name,
-                                       "loc") - b)  # fmt: skip
+                cols.append(
+                    self.param(self.run(**{**zero, p: unit.reshape(lat.shape)}), name, "loc") - b
+                )
             f.consts[f"A:{p}"] = np.stack(cols, axis=1)
         point = {p: self.draw(p) for p in normals}
         for scale in (1.0, -0.5):  # a random point and one on the other side (|x| is not affine)
@@ -297,9 +308,12 @@ class _Prober:
         gammas = fam.get("Gamma", []) + fam.get("InverseGamma", [])
         cats = fam.get("Categorical", [])
         if len(gammas) != 1:
-            raise self._error((gammas or cats)[-1], f"site {name!r}'s scale depends on "
-                              f"{parents}: expected one Gamma precision or InverseGamma variance "
-                              "(indexed by at most one assignment)")  # fmt: skip
+            raise self._error(
+                (gammas or cats)[-1],
+                f"site {name!r}'s scale depends on "
+                f"{parents}: expected one Gamma precision or InverseGamma variance "
+                "(indexed by at most one assignment)",
+            )
         tau = gammas[0]
         inverse = self.latents[tau].family == "InverseGamma"
 
@@ -333,8 +347,11 @@ class _Prober:
         linear = self.close(at_one, C.sum(1)) and self.close(precision(t), C @ t.reshape(-1))
         if not linear or not np.all(nonzero.sum(1) == 1):
             how = "1 / scale² = c * prec" if not inverse else "scale² = var / c"
-            raise self._error(tau, f"it enters site {name!r}'s scale, but not as {how} for "
-                              "one element of it per element of the site")  # fmt: skip
+            raise self._error(
+                tau,
+                f"it enters site {name!r}'s scale, but not as {how} for "
+                "one element of it per element of the site",
+            )
         f.consts["C"], f.consts["M"] = np.where(nonzero, C, 0.0), nonzero.astype(float)
         return Link("map", (tau,))
 
@@ -355,8 +372,10 @@ class _Prober:
             )
         pi = latents[0]
         rows_at = [self.draw(pi).reshape(-1, self.latents[pi].num_categories) for _ in range(2)]
-        got = [self.param(self.run(**{pi: r.reshape(self.latents[pi].shape)}), name, key)
-               for r in rows_at]  # fmt: skip
+        got = [
+            self.param(self.run(**{pi: r.reshape(self.latents[pi].shape)}), name, key)
+            for r in rows_at
+        ]
         match = np.abs(got[0][:, None, :] - rows_at[0][None]).sum(-1).argmin(1)
         if not (self.close(got[0], rows_at[0][match]) and self.close(got[1], rows_at[1][match])):
             raise self._error(pi, f"site {name!r}'s probs are not rows of {pi!r}")

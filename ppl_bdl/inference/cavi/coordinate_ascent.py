@@ -71,8 +71,11 @@ def check_cavi_call(num_chains=None, num_warmup=None, thinning=None, init=None) 
             "Leave num_chains out, or run several fits with different seeds (each seed starts "
             "from other random responsibilities)."
         )
-    given = sorted(k for k, v in dict(num_warmup=num_warmup, thinning=thinning, init=init).items()
-                   if v is not None)  # fmt: skip
+    given = sorted(
+        k
+        for k, v in dict(num_warmup=num_warmup, thinning=thinning, init=init).items()
+        if v is not None
+    )
     if given:
         raise ConfigError(
             f"option(s) {', '.join(given)}: does not apply to method='cavi': CAVI runs sweeps of "
@@ -83,9 +86,13 @@ def check_cavi_call(num_chains=None, num_warmup=None, thinning=None, init=None) 
 
 
 def run_cavi(
-    setup: Setup, num_samples: int, seed: int, progress: bool = False,
-    log_likelihood: bool = True, **options,
-):  # fmt: skip
+    setup: Setup,
+    num_samples: int,
+    seed: int,
+    progress: bool = False,
+    log_likelihood: bool = True,
+    **options,
+):
     """Fit ``setup``'s model by CAVI; a :class:`~ppl_bdl.posterior.posterior.Posterior` (see the module).
 
     Options: ``num_steps`` (the most sweeps, default :data:`DEFAULT_NUM_STEPS`), ``tol`` (stop
@@ -136,9 +143,15 @@ def run_cavi(
     draws = factors.sample(num_samples, seed=seed + 1)
     discrete = {n: draws[n][None] for n in setup.layout.discrete}
     post = build_posterior(
-        setup, factors.unconstrain(draws)[None], {}, method="cavi", guide=factors,
-        losses=losses, log_likelihood=log_likelihood, discrete=discrete,
-    )  # fmt: skip
+        setup,
+        factors.unconstrain(draws)[None],
+        {},
+        method="cavi",
+        guide=factors,
+        losses=losses,
+        log_likelihood=log_likelihood,
+        discrete=discrete,
+    )
     if failure is not None:
         raise InferenceError(failure, partial=post)
     return post

@@ -45,8 +45,9 @@ class CAVIFactors:
 
     def __init__(self, latents: dict[str, Latent], state: dict, layout, backend):
         self.latents, self.layout, self.backend = latents, layout, backend
-        self.state = {n: {k: np.asarray(v, dtype=float) for k, v in s.items()}
-                      for n, s in state.items()}  # fmt: skip
+        self.state = {
+            n: {k: np.asarray(v, dtype=float) for k, v in s.items()} for n, s in state.items()
+        }
         self.settings: dict = {}
         self.families = {n: lat.family for n, lat in latents.items()}
         self._log_density = backend.jit(self._log_density_at)
@@ -57,8 +58,11 @@ class CAVIFactors:
         for name, lat in self.latents.items():
             s, shape = self.state[name], lat.shape
             if lat.family == "Normal":
-                out[name] = {"loc": s["mean"].reshape(shape), "covariance": s["cov"],
-                             "scale": np.sqrt(np.diag(s["cov"])).reshape(shape)}  # fmt: skip
+                out[name] = {
+                    "loc": s["mean"].reshape(shape),
+                    "covariance": s["cov"],
+                    "scale": np.sqrt(np.diag(s["cov"])).reshape(shape),
+                }
             elif lat.family in ("Gamma", "InverseGamma"):
                 out[name] = {"concentration": s["A"].reshape(shape), "rate": s["B"].reshape(shape)}
             elif lat.family == "Dirichlet":
@@ -123,8 +127,9 @@ class CAVIFactors:
     def _log_density_at(self, theta, state: dict):
         be, n, total = self.backend, theta.shape[0], 0.0
         for slot in self.layout.slots:
-            u = be.math.reshape(theta[:, slot.offset : slot.offset + slot.size],
-                                (n,) + slot.unconstrained_shape)  # fmt: skip
+            u = be.math.reshape(
+                theta[:, slot.offset : slot.offset + slot.size], (n,) + slot.unconstrained_shape
+            )
             transform = be.biject_to(self.layout.sites[slot.name].native.support)
             x = u if transform is None else transform(u)
             if transform is not None:
@@ -140,7 +145,8 @@ class CAVIFactors:
             return be.distribution(spec).log_prob(m.reshape(x, (n, lat.size)))
         if lat.family == "Dirichlet":
             lp = be.distribution(Dirichlet(s["alpha"])).log_prob(
-                m.reshape(x, (n,) + tuple(s["alpha"].shape)))  # fmt: skip
+                m.reshape(x, (n,) + tuple(s["alpha"].shape))
+            )
         else:
             family = Gamma if lat.family == "Gamma" else InverseGamma
             lp = be.distribution(family(s["A"], s["B"])).log_prob(m.reshape(x, (n, lat.size)))

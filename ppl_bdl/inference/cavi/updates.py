@@ -96,8 +96,11 @@ class CAVIProgram:
             if lat.family == "Normal":
                 mean = f.consts["b"] if f.loc.kind == "const" else np.zeros(lat.size)
                 var = 1.0 / f.consts["c"] if f.prec.kind == "const" else np.ones(lat.size)
-                mixed = [g for g in self.model.factors if g.family == "Normal" and g.loc.kind
-                         == "indexed" and g.loc.parents[0] == name]  # fmt: skip
+                mixed = [
+                    g
+                    for g in self.model.factors
+                    if g.family == "Normal" and g.loc.kind == "indexed" and g.loc.parents[0] == name
+                ]
                 data = [g.consts["y"] for g in mixed if g.observed]
                 if data:
                     mean = _kmeans_pp(data[0], lat.size, rng)
@@ -244,8 +247,9 @@ class CAVIProgram:
             elif f.family in _GAMMAS:
                 t, sign = self.expect(f.site, state), -1.0 if f.family == "Gamma" else 1.0
                 a0, b0 = c["a0"], c["b0"]
-                total = total + m.sum(a0 * m.log(b0) - m.lgamma(a0) + (a0 + sign) * t["logt"]
-                                      - b0 * t["t"])  # fmt: skip
+                total = total + m.sum(
+                    a0 * m.log(b0) - m.lgamma(a0) + (a0 + sign) * t["logt"] - b0 * t["t"]
+                )
             else:  # Dirichlet
                 a0 = c["alpha0"]
                 logpi = self.expect(f.site, state)["logpi"]
@@ -268,8 +272,12 @@ class CAVIProgram:
             a = s["alpha"]
             a0 = m.sum(a, axis=-1)
             k = lat.num_categories
-            return m.sum(m.sum(m.lgamma(a), axis=-1) - m.lgamma(a0) + (a0 - k) * m.digamma(a0)
-                         - m.sum((a - 1.0) * m.digamma(a), axis=-1))  # fmt: skip
+            return m.sum(
+                m.sum(m.lgamma(a), axis=-1)
+                - m.lgamma(a0)
+                + (a0 - k) * m.digamma(a0)
+                - m.sum((a - 1.0) * m.digamma(a), axis=-1)
+            )
         e = self.expect(name, state)
         return -m.sum(e["probs"] * e["logits"])
 

@@ -66,10 +66,18 @@ class ChainSpec:
 
     @classmethod
     def build(
-        cls, sampler: str = "sgld", *, step_size: float = 0.01, chain_steps: int = 20,
-        schedule: str = "constant", num_cycles: int = 1, decay_offset: float = 1.0,
-        decay_power: float = 0.55, clip: bool = False, **options: Any,
-    ) -> ChainSpec:  # fmt: skip
+        cls,
+        sampler: str = "sgld",
+        *,
+        step_size: float = 0.01,
+        chain_steps: int = 20,
+        schedule: str = "constant",
+        num_cycles: int = 1,
+        decay_offset: float = 1.0,
+        decay_power: float = 0.55,
+        clip: bool = False,
+        **options: Any,
+    ) -> ChainSpec:
         """Validate every setting (a clear error for each), then build the spec."""
         if not isinstance(sampler, str):
             raise ConfigError(f"sampler must be a kernel name, got {sampler!r}.")
@@ -92,9 +100,16 @@ class ChainSpec:
         if not isinstance(clip, bool):
             raise ConfigError(f"clip must be True or False, got {clip!r}.")
         spec = cls(
-            sampler, step_size, chain_steps, schedule, num_cycles, decay_offset, decay_power,
-            clip, dict(options),
-        )  # fmt: skip
+            sampler,
+            step_size,
+            chain_steps,
+            schedule,
+            num_cycles,
+            decay_offset,
+            decay_power,
+            clip,
+            dict(options),
+        )
         spec.unit_schedule(chain_steps)  # checks step_size and the schedule's own settings
         params = inspect.signature(kernels.get(sampler).factory).parameters
         var_kw = [n for n, p in params.items() if p.kind is inspect.Parameter.VAR_KEYWORD]
@@ -115,9 +130,13 @@ class ChainSpec:
     def unit_schedule(self, num_steps: int):
         """α_k / α_0: the schedule's shape over ``num_steps`` steps (a function of k)."""
         scaled = make_schedule(
-            self.schedule, self.step_size, num_steps=num_steps, num_cycles=self.num_cycles,
-            decay_offset=self.decay_offset, decay_power=self.decay_power,
-        )  # fmt: skip
+            self.schedule,
+            self.step_size,
+            num_steps=num_steps,
+            num_cycles=self.num_cycles,
+            decay_offset=self.decay_offset,
+            decay_power=self.decay_power,
+        )
         return lambda k: scaled(k) * (1.0 / self.step_size)
 
     def step_sizes(self, be, num_steps: int) -> np.ndarray:
@@ -135,9 +154,12 @@ class ChainSpec:
                 f"chain's {num_steps} steps; use fewer cycles or more chain_steps."
             )
         return build_kernel(
-            self.entry, self.options, value_and_grad=value_and_grad, num_steps=num_steps,
+            self.entry,
+            self.options,
+            value_and_grad=value_and_grad,
+            num_steps=num_steps,
             num_cycles=self.num_cycles,
-        )  # fmt: skip
+        )
 
 
 def input_value_and_grad(be, energy, batch_shape: tuple[int, ...]):

@@ -29,11 +29,21 @@ from ppl_bdl.inference.loop.minibatch import EpochBatches
 
 
 def run_transition(
-    be, transition: Transition, position: np.ndarray, *, num_steps: int, seed: int, data,
-    batches: EpochBatches | None = None, name: str = "ebm", progress: bool = False,
-    chunk_size: int | None = None, keep_last: bool = False, rates: Rates | None = None,
+    be,
+    transition: Transition,
+    position: np.ndarray,
+    *,
+    num_steps: int,
+    seed: int,
+    data,
+    batches: EpochBatches | None = None,
+    name: str = "ebm",
+    progress: bool = False,
+    chunk_size: int | None = None,
+    keep_last: bool = False,
+    rates: Rates | None = None,
     first_step: int = 0,
-) -> RunResult:  # fmt: skip
+) -> RunResult:
     """Run ``transition`` for ``num_steps`` steps from ``position`` (one chain, flat), with
     ``rates`` (the optimizer's learning rates: :class:`~ppl_bdl.inference.loop.driver.Rates`) from
     step ``first_step`` of the schedule.
@@ -46,6 +56,16 @@ def run_transition(
     row_floats = int(np.size(position)) if keep_last else 0
     plan = plan_run(keep, 1, row_floats, chunk_size, progress)
     return run_chains(
-        be, transition, np.asarray(position)[None], seed, plan, data, lambda chain: batches, name,
-        rates, progress=progress, trace=not keep_last, first_step=first_step,
-    )  # fmt: skip
+        be,
+        transition,
+        np.asarray(position)[None],
+        seed,
+        plan,
+        data,
+        lambda chain: batches,
+        name,
+        rates,
+        progress=progress,
+        trace=not keep_last,
+        first_step=first_step,
+    )

@@ -77,17 +77,30 @@ class EnergyModel:
     """
 
     def __init__(
-        self, network, params: dict, *, event_shape, box=(-3.0, 3.0), backend=None,
-        precision: str = "float32", device: str | None = None, sampler: str = "sgld",
-        step_size: float = 0.01, chain_steps: int = 20, schedule: str = "constant",
+        self,
+        network,
+        params: dict,
+        *,
+        event_shape,
+        box=(-3.0, 3.0),
+        backend=None,
+        precision: str = "float32",
+        device: str | None = None,
+        sampler: str = "sgld",
+        step_size: float = 0.01,
+        chain_steps: int = 20,
+        schedule: str = "constant",
         **chain_options: Any,
-    ):  # fmt: skip
+    ):
         self.backend = backends.get(backend, precision, device)
         self.network = network
         self.chain = ChainSpec.build(
-            sampler, step_size=step_size, chain_steps=chain_steps, schedule=schedule,
+            sampler,
+            step_size=step_size,
+            chain_steps=chain_steps,
+            schedule=schedule,
             **chain_options,
-        )  # fmt: skip
+        )
         self._energy = Energy(network, self.backend)
         self.event_shape = _event_shape(event_shape)
         self.params = _check_params(self._energy, params)
@@ -141,9 +154,14 @@ class EnergyModel:
         return np.concatenate(out)
 
     def sample(
-        self, n: int, steps: int | None = None, start: Any = None, seed: int = 0,
-        progress: bool = False, chunk_size: int | None = None,
-    ) -> np.ndarray:  # fmt: skip
+        self,
+        n: int,
+        steps: int | None = None,
+        start: Any = None,
+        seed: int = 0,
+        progress: bool = False,
+        chunk_size: int | None = None,
+    ) -> np.ndarray:
         """n draws of x from the EBM: n chains of the sampler, ``steps`` steps each.
 
         Parameters
@@ -175,10 +193,17 @@ class EnergyModel:
                 self._samplers[n, steps] = _sampling_transition(self, x0.shape, steps, params)
             transition = self._samplers[n, steps]
         run = run_transition(
-            be, transition, x0.reshape(-1), num_steps=steps, seed=seed, data=params,
-            name=f"ebm sample ({self.chain.sampler})", progress=progress, chunk_size=chunk_size,
+            be,
+            transition,
+            x0.reshape(-1),
+            num_steps=steps,
+            seed=seed,
+            data=params,
+            name=f"ebm sample ({self.chain.sampler})",
+            progress=progress,
+            chunk_size=chunk_size,
             keep_last=True,
-        )  # fmt: skip
+        )
         if run.failure is not None or run.draws is None:
             where = run.failure.step if run.failure is not None else steps
             raise InferenceError(

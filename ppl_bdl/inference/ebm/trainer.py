@@ -52,7 +52,7 @@ from ppl_bdl.inference.ebm.chains import (
     run_chain,
     tiled_bounds,
     uniform_box,
-)  # fmt: skip
+)
 from ppl_bdl.inference.ebm.energy import Energy, check_data
 from ppl_bdl.inference.ebm.loop import run_transition
 from ppl_bdl.inference.ebm.model import EnergyModel
@@ -64,14 +64,32 @@ STARTS = ("noise", "data")
 
 
 def fit(
-    energy, X, *, backend: str | None = None, sampler: str = "sgld", chain_steps: int = 20,
-    step_size: float = 0.01, schedule: str = "constant", persistent: bool = True,
-    buffer_size: int | None = None, reinit: float = 0.05, start: str = "noise",
-    batch_size: int = 100, num_steps: int = 1000, optimizer: str = "adam", lr: float = 1e-3,
-    lr_schedule: str = "cosine", clip_norm: float | None = None, energy_l2: float = 0.0,
-    seed: int = 0, precision: str = "float32", device: str | None = None, chunk_size: int | None = None,
-    progress: bool = False, **chain_options: Any,
-) -> EnergyModel:  # fmt: skip
+    energy,
+    X,
+    *,
+    backend: str | None = None,
+    sampler: str = "sgld",
+    chain_steps: int = 20,
+    step_size: float = 0.01,
+    schedule: str = "constant",
+    persistent: bool = True,
+    buffer_size: int | None = None,
+    reinit: float = 0.05,
+    start: str = "noise",
+    batch_size: int = 100,
+    num_steps: int = 1000,
+    optimizer: str = "adam",
+    lr: float = 1e-3,
+    lr_schedule: str = "cosine",
+    clip_norm: float | None = None,
+    energy_l2: float = 0.0,
+    seed: int = 0,
+    precision: str = "float32",
+    device: str | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    **chain_options: Any,
+) -> EnergyModel:
     """Train the energy network ``energy`` on the points ``X`` by Algorithm 3 of the chapter.
 
     Parameters
@@ -127,13 +145,30 @@ def fit(
         there; ``error.partial`` is the model at the parameters from before that step.
     """
     trainer = EBMTrainer(
-        energy, X, backend=backend, sampler=sampler, chain_steps=chain_steps,
-        step_size=step_size, schedule=schedule, persistent=persistent, buffer_size=buffer_size,
-        reinit=reinit, start=start, batch_size=batch_size, num_steps=num_steps,
-        optimizer=optimizer, lr=lr, lr_schedule=lr_schedule, clip_norm=clip_norm,
-        energy_l2=energy_l2, seed=seed, precision=precision, device=device,
-        chunk_size=chunk_size, **chain_options,
-    )  # fmt: skip
+        energy,
+        X,
+        backend=backend,
+        sampler=sampler,
+        chain_steps=chain_steps,
+        step_size=step_size,
+        schedule=schedule,
+        persistent=persistent,
+        buffer_size=buffer_size,
+        reinit=reinit,
+        start=start,
+        batch_size=batch_size,
+        num_steps=num_steps,
+        optimizer=optimizer,
+        lr=lr,
+        lr_schedule=lr_schedule,
+        clip_norm=clip_norm,
+        energy_l2=energy_l2,
+        seed=seed,
+        precision=precision,
+        device=device,
+        chunk_size=chunk_size,
+        **chain_options,
+    )
     trainer.run(num_steps, progress=progress)
     if trainer.failure is not None:
         message = _failure_message(trainer.failure, trainer.model)
@@ -162,12 +197,32 @@ class EBMTrainer:
     """
 
     def __init__(
-        self, energy, X, *, backend=None, sampler="sgld", chain_steps=20, step_size=0.01,
-        schedule="constant", persistent=True, buffer_size=None, reinit=0.05, start="noise",
-        batch_size=100, num_steps=1000, optimizer="adam", lr=1e-3, lr_schedule="cosine",
-        clip_norm=None, energy_l2=0.0, seed=0, precision="float32", device=None,
-        chunk_size=None, **chain_options,
-    ):  # fmt: skip
+        self,
+        energy,
+        X,
+        *,
+        backend=None,
+        sampler="sgld",
+        chain_steps=20,
+        step_size=0.01,
+        schedule="constant",
+        persistent=True,
+        buffer_size=None,
+        reinit=0.05,
+        start="noise",
+        batch_size=100,
+        num_steps=1000,
+        optimizer="adam",
+        lr=1e-3,
+        lr_schedule="cosine",
+        clip_norm=None,
+        energy_l2=0.0,
+        seed=0,
+        precision="float32",
+        device=None,
+        chunk_size=None,
+        **chain_options,
+    ):
         be = backends.get(backend, precision, device)
         X = check_data(X, be.precision)
         n, event = len(X), X.shape[1:]
@@ -179,25 +234,49 @@ class EBMTrainer:
             raise ConfigError(f"start must be one of {list(STARTS)}, got {start!r}.")
         if isinstance(energy_l2, bool) or not isinstance(energy_l2, int | float) or energy_l2 < 0:
             raise ConfigError(f"energy_l2 must be a number >= 0, got {energy_l2!r}.")
-        opt = OptimizerConfig.build(optimizer=optimizer, lr=lr, schedule=lr_schedule,
-                                    clip_norm=clip_norm, num_steps=num_steps)  # fmt: skip
+        opt = OptimizerConfig.build(
+            optimizer=optimizer,
+            lr=lr,
+            schedule=lr_schedule,
+            clip_norm=clip_norm,
+            num_steps=num_steps,
+        )
         self.buffer = None
         if persistent:
             size = 10 * batch_size if buffer_size is None else buffer_size
             self.buffer = ReplayBuffer(size, batch_size, reinit)
         model = EnergyModel(
-            energy, Energy(energy, be).initial_params(seed), event_shape=event, box=box_of(X),
-            backend=be, sampler=sampler, step_size=step_size, chain_steps=chain_steps,
-            schedule=schedule, **chain_options,
-        )  # fmt: skip
+            energy,
+            Energy(energy, be).initial_params(seed),
+            event_shape=event,
+            box=box_of(X),
+            backend=be,
+            sampler=sampler,
+            step_size=step_size,
+            chain_steps=chain_steps,
+            schedule=schedule,
+            **chain_options,
+        )
         model._energy.check(model.params, X)
         model.settings = dict(
-            sampler=sampler, chain_steps=chain_steps, step_size=step_size, schedule=schedule,
-            persistent=persistent, buffer_size=None if self.buffer is None else self.buffer.size,
-            reinit=reinit, start=start, batch_size=batch_size, num_steps=num_steps,
-            optimizer=optimizer, lr=lr, lr_schedule=lr_schedule, clip_norm=clip_norm,
-            energy_l2=energy_l2, seed=seed, **chain_options,
-        )  # fmt: skip
+            sampler=sampler,
+            chain_steps=chain_steps,
+            step_size=step_size,
+            schedule=schedule,
+            persistent=persistent,
+            buffer_size=None if self.buffer is None else self.buffer.size,
+            reinit=reinit,
+            start=start,
+            batch_size=batch_size,
+            num_steps=num_steps,
+            optimizer=optimizer,
+            lr=lr,
+            lr_schedule=lr_schedule,
+            clip_norm=clip_norm,
+            energy_l2=energy_l2,
+            seed=seed,
+            **chain_options,
+        )
         self.model, self.backend, self.seed, self.chunk_size = model, be, int(seed), chunk_size
         rng = np.random.default_rng([int(seed), 3])
         self._position = np.zeros(1, X.dtype)
@@ -222,11 +301,19 @@ class EBMTrainer:
             state = self._state
             transition = Transition(lambda *args: state, transition.step, transition.emit)
         run = run_transition(
-            self.backend, transition, self._position, num_steps=num_steps,
-            seed=self.seed + self._calls, data=self._data, batches=self._batches,
-            name=f"ebm ({self.model.chain.sampler})", progress=progress,
-            chunk_size=self.chunk_size, rates=self._rates, first_step=self._done,
-        )  # fmt: skip
+            self.backend,
+            transition,
+            self._position,
+            num_steps=num_steps,
+            seed=self.seed + self._calls,
+            data=self._data,
+            batches=self._batches,
+            name=f"ebm ({self.model.chain.sampler})",
+            progress=progress,
+            chunk_size=self.chunk_size,
+            rates=self._rates,
+            first_step=self._done,
+        )
         self._calls += 1
         self._done += len(run.step_infos.get("loss", np.zeros((1, 0)))[0])
         self._state = run.final_state if run.final_state is not None else self._state
@@ -324,9 +411,11 @@ def _read_back(model: EnergyModel, state, buffer, infos: list) -> None:
                 rows = np.asarray(be.to_numpy(state["buffer"]))
                 model.buffer = rows.reshape((buffer.size, *model.event_shape))
     parts = [i for i in infos if i]
-    model.history = {
-        k: np.concatenate([np.asarray(i[k][0], dtype=float) for i in parts]) for k in parts[0]
-    } if parts else {}  # fmt: skip
+    model.history = (
+        {k: np.concatenate([np.asarray(i[k][0], dtype=float) for i in parts]) for k in parts[0]}
+        if parts
+        else {}
+    )
     model.losses = model.history.get("loss", np.zeros(0))
 
 

@@ -82,8 +82,10 @@ class GroupRun:
             keys += keys[-1:] * pad
             if state is None:
                 starts = list(positions) + [positions[-1]] * pad
-                states = [transition.init(k[0], be.asarray(p), self.data)
-                          for k, p in zip(keys, starts, strict=True)]  # fmt: skip
+                states = [
+                    transition.init(k[0], be.asarray(p), self.data)
+                    for k, p in zip(keys, starts, strict=True)
+                ]
                 state = states[0]
                 if vectorised:
                     state = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
@@ -93,8 +95,11 @@ class GroupRun:
             # scale, the chains' keys.
             scale = be.place(be.asarray(scale), chain_axis=0 if np.ndim(scale) else None)
             chain_keys = be.math.stack(chain_keys) if vectorised else chain_keys[0]
-            inputs = (be.place(self.data), scale,
-                      be.place(chain_keys, chain_axis=0 if vectorised else None))  # fmt: skip
+            inputs = (
+                be.place(self.data),
+                scale,
+                be.place(chain_keys, chain_axis=0 if vectorised else None),
+            )
         return state, inputs
 
     def _chunks(self, group, batches, state, inputs) -> GroupPart:
@@ -111,8 +116,9 @@ class GroupRun:
                     xs = chunk_inputs(be, plan.chunk, steps, batches, vectorised, self.pad)
                     padded = np.zeros(plan.chunk, bool)
                     padded[:steps] = keep
-                    result = self.runner(state, xs, inputs, padded, steps, self.first_step + start,
-                                         plan.rows, trace)  # fmt: skip
+                    result = self.runner(
+                        state, xs, inputs, padded, steps, self.first_step + start, plan.rows, trace
+                    )
             except KeyboardInterrupt:
                 failure = Failure(start, group[:1], "interrupted")
                 break
@@ -155,15 +161,19 @@ def _per_chain(rows, kept_infos, step_infos, chains: int, vectorised: bool):
     def join(parts, i):
         if not parts or not parts[0]:
             return {}
-        return {k: np.concatenate([p[k][:, i] if vectorised else p[k] for p in parts])
-                for k in parts[0]}  # fmt: skip
+        return {
+            k: np.concatenate([p[k][:, i] if vectorised else p[k] for p in parts]) for k in parts[0]
+        }
 
     draws = [
         np.concatenate([r[:, i] if vectorised else r for r in rows]) if rows else np.zeros((0,))
         for i in range(chains)
     ]
-    return (draws, [join(kept_infos, i) for i in range(chains)],
-            [join(step_infos, i) for i in range(chains)])  # fmt: skip
+    return (
+        draws,
+        [join(kept_infos, i) for i in range(chains)],
+        [join(step_infos, i) for i in range(chains)],
+    )
 
 
 def _failed_chains(info: dict | None, vectorised: bool) -> list[int]:
@@ -191,6 +201,7 @@ def chunk_inputs(be, length: int, steps: int, batches, vectorised: bool, pad: in
         idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
         idx[:steps] = np.stack(blocks, axis=1)
         idx = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
-        xs["idx"] = be.place(idx, chain_axis=1 if vectorised else None,
-                             batch_axis=2 if vectorised else 1)  # fmt: skip
+        xs["idx"] = be.place(
+            idx, chain_axis=1 if vectorised else None, batch_axis=2 if vectorised else 1
+        )
     return xs

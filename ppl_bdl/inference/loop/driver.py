@@ -113,9 +113,12 @@ class RunResult:
 
 
 def plan_run(
-    keep: np.ndarray, chains: int, row_floats: int, chunk_size: int | None = None,
+    keep: np.ndarray,
+    chains: int,
+    row_floats: int,
+    chunk_size: int | None = None,
     progress: bool = False,
-) -> RunPlan:  # fmt: skip
+) -> RunPlan:
     """Chunks as equal as fit the limits (so a shorter last chunk wastes nothing)."""
     keep = np.asarray(keep, bool)
     total = len(keep)
@@ -138,11 +141,22 @@ def plan_run(
 
 
 def run_chains(
-    backend, transition: Transition, positions: np.ndarray, seed: int, plan: RunPlan, data: Any,
-    batches: Callable[[int], Any], name: str, rates: Rates | None = None,
-    progress: bool = False, chain_ids: list[int] | None = None, vectorize: bool = True,
-    trace: bool = False, first_step: int = 0, resume: list | None = None,
-) -> RunResult:  # fmt: skip
+    backend,
+    transition: Transition,
+    positions: np.ndarray,
+    seed: int,
+    plan: RunPlan,
+    data: Any,
+    batches: Callable[[int], Any],
+    name: str,
+    rates: Rates | None = None,
+    progress: bool = False,
+    chain_ids: list[int] | None = None,
+    vectorize: bool = True,
+    trace: bool = False,
+    first_step: int = 0,
+    resume: list | None = None,
+) -> RunResult:
     """Run ``transition`` from ``positions`` (chain, dim) as the module docstring says.
 
     ``batches(chain)`` gives a chain's minibatch indices (an
@@ -161,9 +175,19 @@ def run_chains(
     check_spread(backend, vectorised, made[chains[0]], name)
     pad = chain_padding(backend, len(chains)) if vectorised else 0
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
-    run = GroupRun(backend, transition,
-                    _runner(backend, transition, vectorised, None if rates is None else rates.unit),
-                    seed, plan, data, vectorised, trace, first_step, pad, bar)  # fmt: skip
+    run = GroupRun(
+        backend,
+        transition,
+        _runner(backend, transition, vectorised, None if rates is None else rates.unit),
+        seed,
+        plan,
+        data,
+        vectorised,
+        trace,
+        first_step,
+        pad,
+        bar,
+    )
     parts, failure, states = [], None, []
     try:
         for g, group in enumerate(groups):

@@ -16,9 +16,14 @@ def partial_posterior(setup: Setup, run: RunResult, method: str, log_likelihood:
 
 
 def raise_failure(
-    setup: Setup, run: RunResult, kind: str, requested: int, method: str | None = None,
-    step_size: float | None = None, log_likelihood: bool = True,
-):  # fmt: skip
+    setup: Setup,
+    run: RunResult,
+    kind: str,
+    requested: int,
+    method: str | None = None,
+    step_size: float | None = None,
+    log_likelihood: bool = True,
+):
     """Raise the :class:`InferenceError` of ``run.failure`` with the partial posterior attached.
 
     ``kind`` names the method in the message (e.g. "SG-MCMC kernel 'sgld'", "NUTS")."""

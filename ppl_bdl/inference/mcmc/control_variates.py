@@ -117,8 +117,12 @@ def svrg_transition(backend, kernel, full_value_and_grad, period: int) -> Transi
     def init(key, position, data):
         _, grad = full_value_and_grad(position, Batch(data, None))
         count = be.asarray(0, dtype="int")
-        return {"kernel": kernel.init(position), "anchor": position, "anchor_grad": grad,
-                "count": count}  # fmt: skip
+        return {
+            "kernel": kernel.init(position),
+            "anchor": position,
+            "anchor_grad": grad,
+            "count": count,
+        }
 
     def step(key, state, batch, rate):
         t = state["count"] if batch.step is None else batch.step
@@ -132,10 +136,15 @@ def svrg_transition(backend, kernel, full_value_and_grad, period: int) -> Transi
             return state["anchor"], state["anchor_grad"]
 
         anchor, anchor_grad = be.cond(t % period == 0, refresh, keep, state)
-        inner, info = kernel.step(key, state["kernel"], AnchoredBatch(batch, anchor, anchor_grad),
-                                  rate)  # fmt: skip
-        new = {"kernel": inner, "anchor": anchor, "anchor_grad": anchor_grad,
-               "count": state["count"] + 1}  # fmt: skip
+        inner, info = kernel.step(
+            key, state["kernel"], AnchoredBatch(batch, anchor, anchor_grad), rate
+        )
+        new = {
+            "kernel": inner,
+            "anchor": anchor,
+            "anchor_grad": anchor_grad,
+            "count": state["count"] + 1,
+        }
         return new, info
 
     return Transition(init, step, lambda state: state["kernel"]["position"])

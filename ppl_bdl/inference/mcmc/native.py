@@ -47,10 +47,17 @@ class NativeConfig:
 
     @classmethod
     def build(
-        cls, method: str, *, target_accept: float = 0.8, max_tree_depth: int = 10,
-        num_steps: int | None = None, step_size: float | None = None, dense_mass: bool = False,
-        chain_method: str | None = None, chunk_size: int | None = None,
-    ) -> NativeConfig:  # fmt: skip
+        cls,
+        method: str,
+        *,
+        target_accept: float = 0.8,
+        max_tree_depth: int = 10,
+        num_steps: int | None = None,
+        step_size: float | None = None,
+        dense_mass: bool = False,
+        chain_method: str | None = None,
+        chunk_size: int | None = None,
+    ) -> NativeConfig:
         if not (_number(target_accept) and 0.0 < target_accept < 1.0):
             raise ConfigError(f"target_accept must be in (0, 1), got {target_accept!r}.")
         if chain_method is not None and chain_method not in CHAIN_METHODS:
@@ -59,8 +66,11 @@ class NativeConfig:
                 "runs the chains side by side where the backend can, 'sequential' one after "
                 "another)."
             )
-        for name, value in (("max_tree_depth", max_tree_depth), ("num_steps", num_steps),
-                            ("chunk_size", chunk_size)):  # fmt: skip
+        for name, value in (
+            ("max_tree_depth", max_tree_depth),
+            ("num_steps", num_steps),
+            ("chunk_size", chunk_size),
+        ):
             if value is None and name != "max_tree_depth":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -69,9 +79,16 @@ class NativeConfig:
             raise ConfigError(f"step_size must be a number > 0, got {step_size!r}.")
         if not isinstance(dense_mass, bool):
             raise ConfigError(f"dense_mass must be True or False, got {dense_mass!r}.")
-        return cls(method, float(target_accept), max_tree_depth, num_steps,
-                   None if step_size is None else float(step_size), dense_mass, chain_method,
-                   chunk_size)  # fmt: skip
+        return cls(
+            method,
+            float(target_accept),
+            max_tree_depth,
+            num_steps,
+            None if step_size is None else float(step_size),
+            dense_mass,
+            chain_method,
+            chunk_size,
+        )
 
 
 def _number(value) -> bool:
@@ -79,10 +96,19 @@ def _number(value) -> bool:
 
 
 def run_native_mcmc(
-    setup: Setup, config: NativeConfig, *, num_warmup: int, num_samples: int, num_chains: int,
-    thinning: int, seed: int, init, progress: bool = False, log_likelihood: bool = True,
+    setup: Setup,
+    config: NativeConfig,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    num_chains: int,
+    thinning: int,
+    seed: int,
+    init,
+    progress: bool = False,
+    log_likelihood: bool = True,
     chain_ids: list[int] | None = None,
-):  # fmt: skip
+):
     """Run the backend's NUTS (``config.method == "nuts"``) or HMC on a prepared model; return a
     Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default)."""
     be, method = setup.backend, config.method
@@ -92,12 +118,19 @@ def run_native_mcmc(
         chain_method = "vectorized" if split else "sequential"
     density = ModelDensity(setup.bound, be, setup.layout, setup.params)
     settings = NativeSettings(
-        method=method, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-        thinning=thinning, target_accept=config.target_accept,
-        max_tree_depth=config.max_tree_depth, num_steps=config.num_steps,
-        step_size=config.step_size, dense_mass=config.dense_mass, progress=progress,
+        method=method,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        thinning=thinning,
+        target_accept=config.target_accept,
+        max_tree_depth=config.max_tree_depth,
+        num_steps=config.num_steps,
+        step_size=config.step_size,
+        dense_mass=config.dense_mass,
+        progress=progress,
         chain_method=chain_method,
-    )  # fmt: skip
+    )
     transition = be.native_transition(lambda flat, data: density.potential(flat, data), settings)
     keep = np.zeros(num_warmup + num_samples * thinning, bool)
     keep[num_warmup + thinning - 1 :: thinning] = True
@@ -105,12 +138,27 @@ def run_native_mcmc(
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
     run = run_chains(
-        be, transition, positions[chains], seed, plan, density.data, lambda c: None, method,
-        progress=progress, chain_ids=chains, vectorize=chain_method == "vectorized",
-    )  # fmt: skip
+        be,
+        transition,
+        positions[chains],
+        seed,
+        plan,
+        density.data,
+        lambda c: None,
+        method,
+        progress=progress,
+        chain_ids=chains,
+        vectorize=chain_method == "vectorized",
+    )
     if run.failure is not None:
-        raise_failure(setup, run, kind=method.upper(), requested=num_samples, method=method,
-                      log_likelihood=log_likelihood)  # fmt: skip
+        raise_failure(
+            setup,
+            run,
+            kind=method.upper(),
+            requested=num_samples,
+            method=method,
+            log_likelihood=log_likelihood,
+        )
     stats = _arviz_stats(run.infos, method)
     return build_posterior(setup, run.draws, stats, method, log_likelihood=log_likelihood)
 

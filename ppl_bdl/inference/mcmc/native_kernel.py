@@ -74,10 +74,20 @@ def native_kernel(
     (100,)
     """
     spec = NativeSpec.build(
-        bound, backend, method, step_size=step_size, batch_size=batch_size, schedule=schedule,
-        num_steps=num_steps, num_cycles=num_cycles, decay_offset=decay_offset,
-        decay_power=decay_power, precision=precision, seed=seed, settings=settings,
-    )  # fmt: skip
+        bound,
+        backend,
+        method,
+        step_size=step_size,
+        batch_size=batch_size,
+        schedule=schedule,
+        num_steps=num_steps,
+        num_cycles=num_cycles,
+        decay_offset=decay_offset,
+        decay_power=decay_power,
+        precision=precision,
+        seed=seed,
+        settings=settings,
+    )
     return spec.setup.backend.native_sgmcmc_kernel(spec)
 
 
@@ -99,18 +109,38 @@ class NativeSpec:
     seed: int
 
     @classmethod
-    def build(cls, bound, backend, method, *, step_size, batch_size, schedule, num_steps,
-              num_cycles, decay_offset, decay_power, precision, seed, settings) -> NativeSpec:  # fmt: skip
+    def build(
+        cls,
+        bound,
+        backend,
+        method,
+        *,
+        step_size,
+        batch_size,
+        schedule,
+        num_steps,
+        num_cycles,
+        decay_offset,
+        decay_power,
+        precision,
+        seed,
+        settings,
+    ) -> NativeSpec:
         if get(method).kind != "sgmcmc":
             raise ConfigError(
                 f"native_kernel wraps SG-MCMC kernels; {method!r} is the backend's own sampler "
                 "already (use numpyro.infer.NUTS / pyro.infer.NUTS)."
             )
         config = SGMCMCConfig.build(
-            method, step_size=step_size, batch_size=batch_size,
-            schedule=None if schedule == "constant" else schedule, num_cycles=num_cycles,
-            decay_offset=decay_offset, decay_power=decay_power, **settings,
-        )  # fmt: skip
+            method,
+            step_size=step_size,
+            batch_size=batch_size,
+            schedule=None if schedule == "constant" else schedule,
+            num_cycles=num_cycles,
+            decay_offset=decay_offset,
+            decay_power=decay_power,
+            **settings,
+        )
         if config.step_size is None:
             raise ConfigError(
                 "native_kernel needs a step_size (the native drivers run no step-size pilot)."
@@ -125,9 +155,13 @@ class NativeSpec:
         setup = prepare(bound, backend, precision, seed)
         plate = minibatch_plate(setup, batch_size)
         sizes = make_schedule(
-            config.schedule, config.step_size, num_steps=num_steps or 1,
-            num_cycles=num_cycles, decay_offset=decay_offset, decay_power=decay_power,
-        )  # fmt: skip
+            config.schedule,
+            config.step_size,
+            num_steps=num_steps or 1,
+            num_cycles=num_cycles,
+            decay_offset=decay_offset,
+            decay_power=decay_power,
+        )
         transition, data = sgmcmc_transition(setup, config, plate, num_steps or 1)
         return cls(setup, method, transition, data, sizes, plate, batch_size, seed)
 

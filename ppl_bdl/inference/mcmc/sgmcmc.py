@@ -53,9 +53,16 @@ from ppl_bdl.trace.layout import ModelDensity
 DRIVER_SUPPLIED = ("value_and_grad", "num_steps", "num_cycles")
 #: The settings of the SG-MCMC driver (the rest are the kernel's own).
 DRIVER_OPTIONS = (
-    "anchor_period", "batch_size", "chunk_size", "control_variate", "decay_offset", "decay_power",
-    "num_cycles", "schedule", "step_size",
-)  # fmt: skip
+    "anchor_period",
+    "batch_size",
+    "chunk_size",
+    "control_variate",
+    "decay_offset",
+    "decay_power",
+    "num_cycles",
+    "schedule",
+    "step_size",
+)
 
 
 @dataclass(frozen=True)
@@ -92,12 +99,20 @@ class SGMCMCConfig:
 
     @classmethod
     def build(
-        cls, method: str, *, step_size: float | str | None = "auto", batch_size: int | None = None,
-        schedule: str | None = None, num_cycles: int = 4, decay_offset: float = 1.0,
-        decay_power: float = 0.55, chunk_size: int | None = None,
-        control_variate: str | None = None, anchor_period: int | None = None,
+        cls,
+        method: str,
+        *,
+        step_size: float | str | None = "auto",
+        batch_size: int | None = None,
+        schedule: str | None = None,
+        num_cycles: int = 4,
+        decay_offset: float = 1.0,
+        decay_power: float = 0.55,
+        chunk_size: int | None = None,
+        control_variate: str | None = None,
+        anchor_period: int | None = None,
         **kernel_options: Any,
-    ) -> SGMCMCConfig:  # fmt: skip
+    ) -> SGMCMCConfig:
         entry = registry.get(method)
         if entry.kind != "sgmcmc":
             raise ConfigError(f"method {method!r} is not an SG-MCMC kernel.")
@@ -129,13 +144,28 @@ class SGMCMCConfig:
         if schedule not in SCHEDULES:
             raise one_of("schedule", schedule, list(SCHEDULES))
         # the schedule's own checks (decay_power, decay_offset), on a one-step horizon
-        make_schedule(schedule, 1.0, num_steps=num_cycles, num_cycles=num_cycles,
-                      decay_offset=decay_offset, decay_power=decay_power)  # fmt: skip
+        make_schedule(
+            schedule,
+            1.0,
+            num_steps=num_cycles,
+            num_cycles=num_cycles,
+            decay_offset=decay_offset,
+            decay_power=decay_power,
+        )
         return cls(
-            entry, None if auto else check_step_size(step_size), batch_size, schedule,
-            num_cycles, float(decay_offset), float(decay_power), chunk_size, exploration,
-            dict(kernel_options), control_variate, anchor_period,
-        )  # fmt: skip
+            entry,
+            None if auto else check_step_size(step_size),
+            batch_size,
+            schedule,
+            num_cycles,
+            float(decay_offset),
+            float(decay_power),
+            chunk_size,
+            exploration,
+            dict(kernel_options),
+            control_variate,
+            anchor_period,
+        )
 
     def keep(self, num_warmup: int, num_samples: int, thinning: int) -> np.ndarray:
         """Which steps keep a draw: after warmup (in sampling stages for cyclical kernels),
@@ -160,9 +190,10 @@ def _check_kernel_options(entry: KernelEntry, options: dict) -> None:
     unknown = [k for k in options if (k not in params and not var_kw) or k in DRIVER_SUPPLIED]
     if unknown:
         settable = [
-            n for n, p in params.items()
+            n
+            for n, p in params.items()
             if p.kind is not inspect.Parameter.VAR_KEYWORD and n not in DRIVER_SUPPLIED
-        ]  # fmt: skip
+        ]
         raise ConfigError(
             f"unknown option(s) {sorted(unknown)} for method {entry.name!r}. Its kernel settings: "
             f"{settable}; driver settings: {sorted(DRIVER_OPTIONS)}."
@@ -170,10 +201,19 @@ def _check_kernel_options(entry: KernelEntry, options: dict) -> None:
 
 
 def run_sgmcmc(
-    setup: Setup, config: SGMCMCConfig, *, num_warmup: int, num_samples: int, num_chains: int,
-    thinning: int, seed: int, init: Any, progress: bool = False, log_likelihood: bool = True,
+    setup: Setup,
+    config: SGMCMCConfig,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    num_chains: int,
+    thinning: int,
+    seed: int,
+    init: Any,
+    progress: bool = False,
+    log_likelihood: bool = True,
     chain_ids: list[int] | None = None,
-):  # fmt: skip
+):
     """Run the SG-MCMC kernel of ``config`` on a prepared model; return a Posterior (of the
     chains ``chain_ids`` of ``num_chains``, all by default).
 
@@ -209,12 +249,30 @@ def run_sgmcmc(
     setup.settings["step_size"] = step_size
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
-    run = run_chains(be, transition, positions[chains], seed, plan, data, batches, name,
-                     Rates(step_size, unit), progress, chain_ids=chains)  # fmt: skip
+    run = run_chains(
+        be,
+        transition,
+        positions[chains],
+        seed,
+        plan,
+        data,
+        batches,
+        name,
+        Rates(step_size, unit),
+        progress,
+        chain_ids=chains,
+    )
     if run.failure is not None:
         size = step_sizes(be, config, step_size, num_steps)[run.failure.step]
-        raise_failure(setup, run, kind=f"SG-MCMC kernel {name!r}", requested=num_samples,
-                      method=name, step_size=float(size), log_likelihood=log_likelihood)  # fmt: skip
+        raise_failure(
+            setup,
+            run,
+            kind=f"SG-MCMC kernel {name!r}",
+            requested=num_samples,
+            method=name,
+            step_size=float(size),
+            log_likelihood=log_likelihood,
+        )
     return build_posterior(setup, run.draws, run.infos, name, log_likelihood=log_likelihood)
 
 
@@ -224,9 +282,13 @@ def unit_schedule(config: SGMCMCConfig, num_steps: int):
     if config.schedule == "constant":
         return None
     return make_schedule(
-        config.schedule, 1.0, num_steps=num_steps, num_cycles=config.num_cycles,
-        decay_offset=config.decay_offset, decay_power=config.decay_power,
-    )  # fmt: skip
+        config.schedule,
+        1.0,
+        num_steps=num_steps,
+        num_cycles=config.num_cycles,
+        decay_offset=config.decay_offset,
+        decay_power=config.decay_power,
+    )
 
 
 def step_sizes(backend, config: SGMCMCConfig, step_size: float, num_steps: int) -> np.ndarray:
@@ -277,13 +339,21 @@ def sgmcmc_transition(
         if period is not None:  # the full data's gradient at the anchor, traced once more
             full = be.trace(value_and_grad, (start, Batch(density.data, None)))
             traced = svrg_gradient(traced)
-        kernel = build_kernel(config.entry, config.kernel_options, value_and_grad=traced,
-                              num_steps=num_steps, num_cycles=config.num_cycles)  # fmt: skip
+        kernel = build_kernel(
+            config.entry,
+            config.kernel_options,
+            value_and_grad=traced,
+            num_steps=num_steps,
+            num_cycles=config.num_cycles,
+        )
     if period is not None:
         inner = svrg_transition(be, kernel, full, period)
     else:
-        inner = Transition(lambda key, position, data: kernel.init(position), kernel.step,
-                           lambda state: state["position"])  # fmt: skip
+        inner = Transition(
+            lambda key, position, data: kernel.init(position),
+            kernel.step,
+            lambda state: state["position"],
+        )
 
     if not blocks:
         return inner, density.data

@@ -65,9 +65,15 @@ def check_step_size(step_size: Any) -> float:
 
 
 def choose_step_size(
-    backend, transition: Transition, positions: np.ndarray, data, batches, unit, seed: int,
+    backend,
+    transition: Transition,
+    positions: np.ndarray,
+    data,
+    batches,
+    unit,
+    seed: int,
     name: str,
-) -> float:  # fmt: skip
+) -> float:
     """The pilot's step size (see the module docstring) for chains starting at ``positions``
     (chain, d); ``unit`` is the run's schedule at α_0 = 1 (the pilot's steps take its start;
     the pilot shares the run's compiled program, α_0 being a runtime input)."""
@@ -78,9 +84,17 @@ def choose_step_size(
     def passes(index: int) -> bool:
         if index not in results:
             run = run_chains(
-                backend, transition, positions, seed + 7919, plan, data, batches,
-                f"{name} step-size pilot", rates=Rates(GRID[index], unit), trace=True,
-            )  # fmt: skip
+                backend,
+                transition,
+                positions,
+                seed + 7919,
+                plan,
+                data,
+                batches,
+                f"{name} step-size pilot",
+                rates=Rates(GRID[index], unit),
+                trace=True,
+            )
             results[index] = run.failure is None and not climbs(
                 run.step_infos["potential"], positions.shape[1]
             )

@@ -63,9 +63,14 @@ def guide_init(setup: Setup, init_loc: Any, seed: int) -> GuideInit:
 
 
 def build_guide(
-    setup: Setup, spec: Any, init: GuideInit | Callable[[], GuideInit], seed: int,
-    settings: dict, run_options: Iterable[str], batch_size: int | None = None,
-):  # fmt: skip
+    setup: Setup,
+    spec: Any,
+    init: GuideInit | Callable[[], GuideInit],
+    seed: int,
+    settings: dict,
+    run_options: Iterable[str],
+    batch_size: int | None = None,
+):
     """A guide from a registered name, a ``@bdl.guide`` function or a
     :class:`~ppl_bdl.inference.vi.guides.Amortized`, with its settings checked (``run_options``: the method's
     own options, named in the error for an unknown setting). ``init``: the guide's starting
@@ -73,11 +78,17 @@ def build_guide(
     get_init = init if callable(init) else (lambda: init)
     if isinstance(spec, Amortized):
         guide = AmortizedGuide(
-            spec, setup.trace, setup.layout, setup.params, seed, batch_size, get_init,
+            spec,
+            setup.trace,
+            setup.layout,
+            setup.params,
+            seed,
+            batch_size,
+            get_init,
             lambda layout, init_g: _registered(
                 spec.global_guide, layout, setup.backend, init_g, seed, settings, run_options
             ),
-        )  # fmt: skip
+        )
         if settings and guide.global_guide is None:
             raise ConfigError(
                 f"option(s) {sorted(settings)} configure the amortized guide's global guide "
@@ -101,8 +112,15 @@ def build_guide(
     return _registered(spec, setup.layout, setup.backend, get_init(), seed, settings, run_options)
 
 
-def _registered(name: str, layout, backend, init: GuideInit, seed: int, settings: dict,
-                run_options: Iterable[str]):  # fmt: skip
+def _registered(
+    name: str,
+    layout,
+    backend,
+    init: GuideInit,
+    seed: int,
+    settings: dict,
+    run_options: Iterable[str],
+):
     """The registered guide ``name`` on ``layout``, its settings checked against its factory."""
     factory = guide_registry.get(name)
     accepted = set(inspect.signature(factory).parameters) - {"layout", "backend", "init", "seed"}

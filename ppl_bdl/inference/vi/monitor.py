@@ -127,9 +127,11 @@ class Plateau:
 
     @classmethod
     def build(
-        cls, factor: Any = PLATEAU_FACTOR, patience: Any = PLATEAU_PATIENCE,
+        cls,
+        factor: Any = PLATEAU_FACTOR,
+        patience: Any = PLATEAU_PATIENCE,
         max_cuts: Any = PLATEAU_CUTS,
-    ) -> Plateau:  # fmt: skip
+    ) -> Plateau:
         """Validate the settings (options ``plateau_factor``, ``plateau_patience``,
         ``plateau_cuts`` of ``fit(method="vi", schedule="plateau")``)."""
         real = isinstance(factor, int | float) and not isinstance(factor, bool)

@@ -124,9 +124,16 @@ class NaturalConfig:
 
     @classmethod
     def build(
-        cls, optimizer: str, guide: Any, objective: Any, has_model_params: bool,
-        num_data: int, beta1: Any = None, beta2: Any = None, curvature: Any = None,
-    ) -> NaturalConfig:  # fmt: skip
+        cls,
+        optimizer: str,
+        guide: Any,
+        objective: Any,
+        has_model_params: bool,
+        num_data: int,
+        beta1: Any = None,
+        beta2: Any = None,
+        curvature: Any = None,
+    ) -> NaturalConfig:
         """Check that the run is one the update applies to and build its settings."""
         if guide != "meanfield":
             shown = guide if isinstance(guide, str) else type(guide).__name__
@@ -162,19 +169,26 @@ class NaturalConfig:
                 "optimizer='vogn' with curvature='hessian' (K antithetic pairs)."
             )
         betas = []
-        for name, value, default in (("beta1", beta1, DEFAULT_BETAS[0]),
-                                     ("beta2", beta2, DEFAULT_BETAS[1])):  # fmt: skip
+        for name, value, default in (
+            ("beta1", beta1, DEFAULT_BETAS[0]),
+            ("beta2", beta2, DEFAULT_BETAS[1]),
+        ):
             value = default if value is None else value
             if (
-                isinstance(value, bool) or not isinstance(value, int | float)
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
                 or not 0.0 <= value < 1.0
-            ):  # fmt: skip
+            ):
                 raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}.")
             betas.append(float(value))
         return cls(
-            optimizer, betas[0], betas[1], objective.num_particles, max(int(num_data), 1),
+            optimizer,
+            betas[0],
+            betas[1],
+            objective.num_particles,
+            max(int(num_data), 1),
             curvature,
-        )  # fmt: skip
+        )
 
 
 def natural_options(optimizer: Any, run_opts: dict) -> bool:
@@ -203,10 +217,15 @@ def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
     potential, kl, initial, data = run._potential, run.kl, run._initial, run.density.data
     plates = setup.trace.observed_plates
     config = NaturalConfig.build(
-        optimizer, spec, objective, has_model_params,
+        optimizer,
+        spec,
+        objective,
+        has_model_params,
         next(iter(plates.values())) if len(plates) == 1 else 1,
-        run_opts.get("beta1"), run_opts.get("beta2"), run_opts.get("curvature"),
-    )  # fmt: skip
+        run_opts.get("beta1"),
+        run_opts.get("beta2"),
+        run_opts.get("curvature"),
+    )
     be, plate, all_idx = setup.backend, None, None
     example_idx = be.asarray(np.zeros(batch_size), "int") if minibatch else None
     if minibatch:
@@ -225,15 +244,34 @@ def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
     labels = None
     if config.optimizer == "vogn" and config.curvature == "fisher":
         labels = SampledLabels.of(run.density, setup.trace, plate)
-    return natural_transition(config, be, potential, plate, kl, initial, example_idx, data, all_idx,
-                              run.param_layout.unpack, labels)  # fmt: skip
+    return natural_transition(
+        config,
+        be,
+        potential,
+        plate,
+        kl,
+        initial,
+        example_idx,
+        data,
+        all_idx,
+        run.param_layout.unpack,
+        labels,
+    )
 
 
 def natural_transition(
-    config: NaturalConfig, backend, potential, plate: str | None, kl, initial: dict,
-    example_indices=None, data=None, all_indices=None, unpack=None,
+    config: NaturalConfig,
+    backend,
+    potential,
+    plate: str | None,
+    kl,
+    initial: dict,
+    example_indices=None,
+    data=None,
+    all_indices=None,
+    unpack=None,
     labels: SampledLabels | None = None,
-) -> Transition:  # fmt: skip
+) -> Transition:
     """The natural-gradient step as a driver :class:`Transition` (equations: the module's).
 
     ``potential(theta, data, indices, params)`` is U at one flat θ (the sites in ``kl`` left
@@ -278,8 +316,9 @@ def natural_transition(
         if at_data:
             # One point's gradient mapped over the batch's points and compiled (on torch one
             # batched graph of torch.func.vmap: 27x faster than a loop over yacht's 32 points).
-            per_point = be.traced_vmap(be.value_and_grad(one), (zero, data, points),
-                                       in_axes=(None, None, 0))  # fmt: skip
+            per_point = be.traced_vmap(
+                be.value_and_grad(one), (zero, data, points), in_axes=(None, None, 0)
+            )
 
             def value_and_grad(theta, batch):
                 """U, ∇U on each point of the batch alone, shaped (M,), (M, d): their means
@@ -303,9 +342,10 @@ def natural_transition(
                 return labels.density.potential(theta, data, one_point, None, observed)
 
             per_point_drawn = be.traced_vmap(
-                be.value_and_grad(one_drawn), (zero, data, points, positions, drawn),
+                be.value_and_grad(one_drawn),
+                (zero, data, points, positions, drawn),
                 in_axes=(None, None, 0, 0, None),
-            )  # fmt: skip
+            )
         lam, m0 = be.asarray(lam_np), be.asarray(m0_np)
 
     def init(key, position, data):
@@ -346,8 +386,9 @@ def natural_transition(
             diff = grads[:pairs] - grads[pairs:]
             h = m.mean(diff * eps, axis=0) / (2.0 * sigma)
         elif fisher:
-            drawn = labels.density.simulate(thetas[0], label_key, batch.data,
-                                            {plate: batch.indices})  # fmt: skip
+            drawn = labels.density.simulate(
+                thetas[0], label_key, batch.data, {plate: batch.indices}
+            )
             _, drawn_grads = per_point_drawn(thetas[0], batch.data, batch.indices, positions, drawn)
             dev = drawn_grads - m.mean(drawn_grads, axis=0)
             h = m.mean(dev * dev, axis=0) / n_data

@@ -57,8 +57,14 @@ class ObjectiveConfig:
     gradient: str = "total"
 
     @classmethod
-    def build(cls, name: str = "elbo", alpha: Any = None, num_particles: int = 1,
-              kl: str = "auto", gradient: str = "total"):  # fmt: skip
+    def build(
+        cls,
+        name: str = "elbo",
+        alpha: Any = None,
+        num_particles: int = 1,
+        kl: str = "auto",
+        gradient: str = "total",
+    ):
         if name not in OBJECTIVES:
             raise one_of("objective", name, OBJECTIVES)
         if kl not in KL_MODES:
@@ -168,9 +174,14 @@ def analytic_kl_sites(setup, guide, config: ObjectiveConfig) -> AnalyticKL | Non
 
 
 def make_loss(
-    guide, potential, config: ObjectiveConfig, backend, plate: str | None, kl=None,
+    guide,
+    potential,
+    config: ObjectiveConfig,
+    backend,
+    plate: str | None,
+    kl=None,
     model_params=None,
-):  # fmt: skip
+):
     """The loss ``loss(params, noise, batch) -> scalar``: the negative objective at the guide
     parameters ``params`` (a dict, see ``guide.param_layout``), for the guide's standard-normal
     ``noise`` (``guide.noise_shape(K)``; a random key for a guide that draws itself) and

@@ -62,8 +62,19 @@ def per_point_bound(log_w, config: ObjectiveConfig, m) -> Any:
     return (m.logsumexp(one_minus * log_w, axis=0) - _pymath.log(K)) / one_minus
 
 
-def point_log_weights(guide, density, params: dict, noise_global, eps, x, data, indices,
-                      model_params=None, mask=None, path=False):  # fmt: skip
+def point_log_weights(
+    guide,
+    density,
+    params: dict,
+    noise_global,
+    eps,
+    x,
+    data,
+    indices,
+    model_params=None,
+    mask=None,
+    path=False,
+):
     """(log p of the sites outside the plate − log q(θ), log w (K, B), loc (B, d), scale (B, d))
     at one draw of the global sites (from ``noise_global``) and K draws of the local
     coordinates of B points (``eps`` (K, B, d)); ``x`` is the encoder's input array (all
@@ -136,8 +147,14 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
     kl = closed_form_kl(guide, config)
     path = config.gradient == "path"
     local = frozenset(n for n, _, _ in guide.local)
-    density = PointDensity(guide.trace.bound, be, guide.plate, local, guide.params,
-                           exclude=frozenset(kl[0]) if kl else frozenset())  # fmt: skip
+    density = PointDensity(
+        guide.trace.bound,
+        be,
+        guide.plate,
+        local,
+        guide.params,
+        exclude=frozenset(kl[0]) if kl else frozenset(),
+    )
     mask = None
     if kl is not None:
         mask, prior_loc, prior_scale, analytic = kl[1], kl[2], kl[3], 1.0 - kl[1]
@@ -150,9 +167,18 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
         B = N if batch.indices is None else int(batch.indices.shape[0])
         eps = m.reshape(noise[size_g:], (K, B, guide.local_dim))
         outside, log_w, loc, scale = point_log_weights(
-            guide, density, params, noise[:size_g], eps, guide.inputs(batch.data), batch.data,
-            batch.indices, extra, mask, path,
-        )  # fmt: skip
+            guide,
+            density,
+            params,
+            noise[:size_g],
+            eps,
+            guide.inputs(batch.data),
+            batch.data,
+            batch.indices,
+            extra,
+            mask,
+            path,
+        )
         bound = per_point_bound(log_w, config, m)
         if kl is not None:  # KL[N(mu, sigma^2) || N(m, s^2)] per coordinate, summed per point
             s = be.asarray(prior_scale)

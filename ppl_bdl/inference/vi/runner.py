@@ -61,20 +61,46 @@ from ppl_bdl.inference.vi.objectives_amortized import make_amortized_loss
 from ppl_bdl.trace.layout import ModelDensity
 
 RUN_OPTIONS = {
-    "guide", "objective", "alpha", "kl", "num_particles", "num_steps", "batch_size", "optimizer",
-    "lr", "momentum", "schedule", "decay", "clip_norm", "init_loc", "chunk_size",
-    "plateau_factor", "plateau_patience", "plateau_cuts", "gradient", "beta1", "beta2", "curvature",
-}  # fmt: skip
+    "guide",
+    "objective",
+    "alpha",
+    "kl",
+    "num_particles",
+    "num_steps",
+    "batch_size",
+    "optimizer",
+    "lr",
+    "momentum",
+    "schedule",
+    "decay",
+    "clip_norm",
+    "init_loc",
+    "chunk_size",
+    "plateau_factor",
+    "plateau_patience",
+    "plateau_cuts",
+    "gradient",
+    "beta1",
+    "beta2",
+    "curvature",
+}
 #: The reduce-on-plateau rule's options (``schedule="plateau"`` only) and their Plateau fields.
 PLATEAU_OPTIONS = {
-    "plateau_factor": "factor", "plateau_patience": "patience", "plateau_cuts": "max_cuts"
-}  # fmt: skip
+    "plateau_factor": "factor",
+    "plateau_patience": "patience",
+    "plateau_cuts": "max_cuts",
+}
 
 
 def run_vi(
-    setup: Setup, num_samples: int, seed: int, progress: bool, log_likelihood: bool = True,
-    num_chains: int = 1, **options: Any,
-):  # fmt: skip
+    setup: Setup,
+    num_samples: int,
+    seed: int,
+    progress: bool,
+    log_likelihood: bool = True,
+    num_chains: int = 1,
+    **options: Any,
+):
     """Fit a guide to ``setup``'s model and return a :class:`~ppl_bdl.posterior.posterior.Posterior` with
     ``num_samples`` draws from the fitted guide, ``post.guide`` and ``post.losses``.
 
@@ -110,24 +136,35 @@ def run_vi(
     losses, failure, monitors = run.fit(progress=progress)
     one = run.num_chains == 1  # one fit: scalars and one guide, as before num_chains
     setup.settings.update(
-        num_steps=None if run.auto else run.num_steps, steps_run=losses.shape[-1],
-        best_step=_each([m.best_step for m in monitors], one), schedule=run.schedule,
+        num_steps=None if run.auto else run.num_steps,
+        steps_run=losses.shape[-1],
+        best_step=_each([m.best_step for m in monitors], one),
+        schedule=run.schedule,
         lr_cuts=_each([list(m.cuts) for m in monitors], one) if run.plateau else None,
         stopped_at=_each(run.stopped, one),
         stop_reason=_each(["diverging" if s else None for s in run.stopped], one),
         converged=_each([m.converged() for m in monitors], one),
-    )  # fmt: skip
+    )
     post = None
     try:
         best = [m.best_params if failure is None else None for m in monitors]  # else: the last
         fitted = [run.fitted_guide(b, chain=c) for c, b in enumerate(best)]
         fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best[0]))
-        flat = np.stack([g.sample_unconstrained(num_samples, seed=fit_seed(seed, c) + 1)
-                         for c, g in enumerate(fitted)])  # fmt: skip
+        flat = np.stack(
+            [
+                g.sample_unconstrained(num_samples, seed=fit_seed(seed, c) + 1)
+                for c, g in enumerate(fitted)
+            ]
+        )
         post = build_posterior(
-            fitted_setup, flat, {}, method="vi", guide=_each(fitted, one), losses=losses,
+            fitted_setup,
+            flat,
+            {},
+            method="vi",
+            guide=_each(fitted, one),
+            losses=losses,
             log_likelihood=log_likelihood,
-        )  # fmt: skip
+        )
     except Exception:  # noqa: BLE001 - a failed run still returns what it has
         if failure is None:
             raise
@@ -182,10 +219,12 @@ class VIRun:
         amortized = isinstance(spec, Amortized)
         name = spec if isinstance(spec, str) else ("amortized" if amortized else "custom")
         self.objective = ObjectiveConfig.build(
-            run_opts.get("objective", "elbo"), run_opts.get("alpha"),
+            run_opts.get("objective", "elbo"),
+            run_opts.get("alpha"),
             run_opts.get("num_particles", DEFAULT_PARTICLES.get(name, 1)),
-            run_opts.get("kl", "auto"), run_opts.get("gradient", "total"),
-        )  # fmt: skip
+            run_opts.get("kl", "auto"),
+            run_opts.get("gradient", "total"),
+        )
         # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
         # is then left behind); a run of num_steps keeps a constant lr unless asked.
         schedule = run_opts.get("schedule", "plateau" if self.auto else "constant")
@@ -194,10 +233,12 @@ class VIRun:
         opt_config = OptimizerConfig.build(
             optimizer="adam" if natural else optimizer,
             lr=run_opts.get("lr", NATURAL_LR.get(optimizer, DEFAULT_LR.get(name, 1e-2))),
-            momentum=run_opts.get("momentum", 0.0), schedule=schedule,
-            decay=run_opts.get("decay", 0.1), clip_norm=run_opts.get("clip_norm"),
+            momentum=run_opts.get("momentum", 0.0),
+            schedule=schedule,
+            decay=run_opts.get("decay", 0.1),
+            clip_norm=run_opts.get("clip_norm"),
             num_steps=num_steps,
-        )  # fmt: skip
+        )
         plateau = {v: run_opts[k] for k, v in PLATEAU_OPTIONS.items() if k in run_opts}
         if plateau and schedule != "plateau":
             given = ", ".join(k for k in PLATEAU_OPTIONS if k in run_opts)
@@ -216,23 +257,36 @@ class VIRun:
         with be.scope(), be.activate():
             init_loc = run_opts.get("init_loc", "median")
             self.guide = build_guide(
-                setup, spec, lambda: guide_init(setup, init_loc, seed), seed, guide_opts,
-                RUN_OPTIONS, self.batch_size,
-            )  # fmt: skip
+                setup,
+                spec,
+                lambda: guide_init(setup, init_loc, seed),
+                seed,
+                guide_opts,
+                RUN_OPTIONS,
+                self.batch_size,
+            )
             self.guide_settings = dict(guide_opts)
             model_sites = {n: r for n, r in setup.sites.items() if r.kind == "param"}
             self.model_params = ModelParams(model_sites, be) if model_sites else None
             self.kl = None if amortized else analytic_kl_sites(setup, self.guide, self.objective)
             if amortized:  # per-point bounds (ppl_bdl.inference.vi.objectives_amortized)
                 self.loss, self.density = make_amortized_loss(
-                    self.guide, self.objective, self.model_params)  # fmt: skip
+                    self.guide, self.objective, self.model_params
+                )
             else:
                 exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
                 self.density = ModelDensity(setup.bound, be, setup.layout, setup.params, exclude)
                 plate = self.minibatch[0] if self.minibatch else None
                 #: The loss (negative objective) ``loss(params, noise, batch)``.
-                self.loss = make_loss(self.guide, self._potential, self.objective, be, plate,
-                                      self.kl, self.model_params)  # fmt: skip
+                self.loss = make_loss(
+                    self.guide,
+                    self._potential,
+                    self.objective,
+                    be,
+                    plate,
+                    self.kl,
+                    self.model_params,
+                )
             shapes = dict(self.guide.param_layout.shapes)
             initial = self.guide.initial_params()
             if self.model_params is not None:
@@ -241,9 +295,10 @@ class VIRun:
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
             self.transition = (
-                build_natural(self, optimizer, spec, run_opts) if natural
+                build_natural(self, optimizer, spec, run_opts)
+                if natural
                 else self._transition(be.optimizer(opt_config))
-            )  # fmt: skip
+            )
         self.num_chains = check_fits(num_chains, self.model_params)
         # Fit c > 0 is set up at its own seed; only its start is kept (the step is shared).
         starts = [self._initial] + [
@@ -254,9 +309,10 @@ class VIRun:
         self.states, self._calls, self.stopped = None, 0, [None] * num_chains
         self._batches = [
             EpochBatches(self.minibatch[1], self.batch_size, fit_seed(seed, c))
-            if self.minibatch else None
+            if self.minibatch
+            else None
             for c in range(num_chains)
-        ]  # fmt: skip
+        ]
         #: The steps' learning rates: lr x each fit's plateau factor (``set_lr_scale``) x the
         #: schedule's shape at the run's step counter, evaluated in the compiled step.
         self.lr, self._unit = opt_config.lr, unit_schedule(opt_config)
@@ -292,7 +348,10 @@ class VIRun:
             grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
             ok = m.isfinite(loss) & m.isfinite(grad_norm)
             params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok, lr)
-            return {"params": params, "optimizer": opt_state}, {"loss": loss, "grad_norm": grad_norm}  # fmt: skip
+            return {"params": params, "optimizer": opt_state}, {
+                "loss": loss,
+                "grad_norm": grad_norm,
+            }
 
         return Transition(init, step, lambda state: {})
 
@@ -362,10 +421,20 @@ class VIRun:
         scale = self.lr * np.asarray(self.lr_scale)  # one per fit
         rates = Rates(scale if self.num_chains > 1 else float(scale[0]), self._unit)
         run = run_chains(
-            be, self.transition, self.starts, self.seed + self._calls, plan, self.density.data,
-            self._batches.__getitem__, "vi", rates, progress=progress, trace=True,
-            first_step=self.steps_done, resume=self.states,
-        )  # fmt: skip
+            be,
+            self.transition,
+            self.starts,
+            self.seed + self._calls,
+            plan,
+            self.density.data,
+            self._batches.__getitem__,
+            "vi",
+            rates,
+            progress=progress,
+            trace=True,
+            first_step=self.steps_done,
+            resume=self.states,
+        )
         self._calls += 1
         self.states, self._run = run.states, run
         losses = run.step_infos.get("loss", np.zeros((self.num_chains, 0))).astype(float)

@@ -22,9 +22,11 @@ from ppl_bdl.inference.mcmc.kernels.sgld import check_temperature
 
 @register("psgld", blocks=True)
 def psgld(
-    value_and_grad: ValueAndGrad, temperature: float = 1.0, decay: float = 0.99,
+    value_and_grad: ValueAndGrad,
+    temperature: float = 1.0,
+    decay: float = 0.99,
     epsilon: float = 1e-5,
-) -> Kernel:  # fmt: skip
+) -> Kernel:
     """RMSprop-preconditioned SGLD (Li et al., 2016, Algorithm 1).
 
     Parameters

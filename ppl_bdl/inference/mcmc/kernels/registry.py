@@ -43,9 +43,13 @@ _REGISTRY: dict[str, KernelEntry] = {}
 
 
 def register(
-    name: str, *, kind: str = "sgmcmc", cyclical: bool = False, blocks: bool = False,
+    name: str,
+    *,
+    kind: str = "sgmcmc",
+    cyclical: bool = False,
+    blocks: bool = False,
     overwrite: bool = False,
-):  # fmt: skip
+):
     """Decorator: register an SG-MCMC kernel factory under ``name`` so ``fit(method=name)`` runs it.
 
     ``cyclical=True``: the kernel runs on the cyclical step-size schedule with an exploration

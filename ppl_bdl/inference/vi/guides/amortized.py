@@ -90,9 +90,13 @@ class Amortized:
     name = "amortized"
 
     def __init__(
-        self, encoder: Module, sites: Sequence[str] | str = ("z",), family: str = "normal",
-        inputs: str | None = None, global_guide: str = "meanfield",
-    ):  # fmt: skip
+        self,
+        encoder: Module,
+        sites: Sequence[str] | str = ("z",),
+        family: str = "normal",
+        inputs: str | None = None,
+        global_guide: str = "meanfield",
+    ):
         if not isinstance(encoder, Module):
             raise ConfigError(
                 f"Amortized: the encoder must be a ppl_bdl.dsl.nn network (nn.MLP, nn.Sequential, ...) "
@@ -143,9 +147,16 @@ class AmortizedGuide(Guide):
     name = "amortized"
 
     def __init__(
-        self, spec: Amortized, trace, layout: LatentLayout, params: dict, seed: int,
-        batch_size: int | None, init: Callable[[], GuideInit], global_guide: Callable,
-    ):  # fmt: skip
+        self,
+        spec: Amortized,
+        trace,
+        layout: LatentLayout,
+        params: dict,
+        seed: int,
+        batch_size: int | None,
+        init: Callable[[], GuideInit],
+        global_guide: Callable,
+    ):
         super().__init__(layout, trace.backend, None, seed)
         self.spec, self.trace, self.params = spec, trace, params
         self.plate, self.size = local_plate(spec.sites, trace, layout)
@@ -163,8 +174,9 @@ class AmortizedGuide(Guide):
             idx = self.global_index
             sub = GuideInit(loc=full.loc[idx], prior_scale=full.prior_scale[idx])
             self.global_guide = global_guide(self.global_layout, sub)
-        self.input_name, self.input_index = input_argument(trace.bound, trace.backend, spec.inputs,
-                                                           self.size)  # fmt: skip
+        self.input_name, self.input_index = input_argument(
+            trace.bound, trace.backend, spec.inputs, self.size
+        )
         self.encoder = spec.encoder
         self._encoder_init = initial_values(self.encoder, self.backend, seed)
         shapes = {} if self.global_guide is None else dict(self.global_guide.param_layout.shapes)
@@ -235,8 +247,10 @@ class AmortizedGuide(Guide):
 
     def encode_all(self, params: dict, X) -> tuple[Any, Any]:
         """loc, scale (n, d) of every row of ``X``, encoded in chunks."""
-        parts = [self.encode(params, X[s : s + ENCODE_CHUNK])
-                 for s in range(0, int(X.shape[0]), ENCODE_CHUNK)]  # fmt: skip
+        parts = [
+            self.encode(params, X[s : s + ENCODE_CHUNK])
+            for s in range(0, int(X.shape[0]), ENCODE_CHUNK)
+        ]
         if len(parts) == 1:
             return parts[0]
         return tuple(self.m.concatenate([p[i] for p in parts], axis=0) for i in (0, 1))
@@ -263,8 +277,13 @@ class AmortizedGuide(Guide):
         n = int(theta.shape[0])
         loc, scale = self.encode_all(params, self.inputs(self.trace.bound.data_arrays(be)[0]))
         slots = {s.name: s for s in self.layout.slots}
-        parts = [m.reshape(theta[:, slots[name].offset : slots[name].offset + slots[name].size],
-                           (n, self.size, size)) for name, _, size in self.local]  # fmt: skip
+        parts = [
+            m.reshape(
+                theta[:, slots[name].offset : slots[name].offset + slots[name].size],
+                (n, self.size, size),
+            )
+            for name, _, size in self.local
+        ]
         z = parts[0] if len(parts) == 1 else m.concatenate(parts, axis=2)
         u = (z - loc) / scale
         out = m.sum(m.reshape(-m.log(scale) - 0.5 * u * u, (n, -1)), axis=1)

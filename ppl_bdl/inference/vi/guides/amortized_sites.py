@@ -54,8 +54,9 @@ def local_plate(sites: list[str], trace, layout: LatentLayout) -> tuple[str, int
                 f"site of an amortized guide sits in the data plate {plate!r} only, one value per "
                 f"point (value shape (N, ...) with N = {size}), so the encoder gives q(z_i|x_i)."
             )
-    others = [n for n, s in latent.items() if n not in sites and any(f.name == plate for f in
-                                                                      s.plates)]  # fmt: skip
+    others = [
+        n for n, s in latent.items() if n not in sites and any(f.name == plate for f in s.plates)
+    ]
     if others:
         raise ModelError(
             f"latent site(s) {others} sit in the data plate {plate!r} but not in the amortized "

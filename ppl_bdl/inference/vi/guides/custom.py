@@ -120,9 +120,13 @@ class CustomGuide(Guide):
     def _run(self, params, key=None, values=None, record=False):
         args, kwargs = self.bound_guide.data_for(self.backend)
         runner = _GuideRunner(
-            self.backend, params=self.constrained(params), key=key, values=values,
-            missing="prior", record=record,
-        )  # fmt: skip
+            self.backend,
+            params=self.constrained(params),
+            key=key,
+            values=values,
+            missing="prior",
+            record=record,
+        )
         with runner:
             self.bound_guide.model.fn(*args, **kwargs)
         return runner

@@ -51,10 +51,17 @@ class FlowGuide(Guide):
     name = "flow"
 
     def __init__(
-        self, layout, backend, init: GuideInit, seed: int = 0, num_layers: int = 4,
-        hidden: int = 64, layer: str = "coupling", init_scale: float = 0.1,
+        self,
+        layout,
+        backend,
+        init: GuideInit,
+        seed: int = 0,
+        num_layers: int = 4,
+        hidden: int = 64,
+        layer: str = "coupling",
+        init_scale: float = 0.1,
         max_log_scale: float = 3.0,
-    ):  # fmt: skip
+    ):
         super().__init__(layout, backend, init, seed)
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.hidden = check_positive_int("hidden", hidden)
@@ -165,11 +172,23 @@ class FlowGuide(Guide):
 
 @register("flow")
 def flow(
-    layout, backend, init: GuideInit, seed: int = 0, num_layers: int = 4, hidden: int = 64,
-    layer: str = "coupling", init_scale: float = 0.1,
-):  # fmt: skip
+    layout,
+    backend,
+    init: GuideInit,
+    seed: int = 0,
+    num_layers: int = 4,
+    hidden: int = 64,
+    layer: str = "coupling",
+    init_scale: float = 0.1,
+):
     """Factory of :class:`FlowGuide` (``fit(..., guide="flow", num_layers=4, hidden=64)``)."""
     return FlowGuide(
-        layout, backend, init, seed, num_layers=num_layers, hidden=hidden, layer=layer,
+        layout,
+        backend,
+        init,
+        seed,
+        num_layers=num_layers,
+        hidden=hidden,
+        layer=layer,
         init_scale=init_scale,
-    )  # fmt: skip
+    )

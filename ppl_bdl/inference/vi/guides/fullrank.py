@@ -40,9 +40,14 @@ class FullRankGuide(Guide):
     name = "fullrank"
 
     def __init__(
-        self, layout, backend, init: GuideInit, seed: int = 0, init_scale: float = 0.01,
+        self,
+        layout,
+        backend,
+        init: GuideInit,
+        seed: int = 0,
+        init_scale: float = 0.01,
         max_dim: int = MAX_DIM,
-    ):  # fmt: skip
+    ):
         super().__init__(layout, backend, init, seed)
         if self.dim > max_dim:
             raise ConfigError(

@@ -44,9 +44,15 @@ class LowRankGuide(Guide):
     name = "lowrank"
 
     def __init__(
-        self, layout, backend, init: GuideInit, seed: int = 0, rank: int | None = None,
-        blocks: str = "site", init_scale: float = 0.01,
-    ):  # fmt: skip
+        self,
+        layout,
+        backend,
+        init: GuideInit,
+        seed: int = 0,
+        rank: int | None = None,
+        blocks: str = "site",
+        init_scale: float = 0.01,
+    ):
         super().__init__(layout, backend, init, seed)
         rank = min(10, self.dim) if rank is None else check_positive_int("rank", rank)
         if rank > self.dim:
@@ -151,9 +157,14 @@ DENSE_MAX = 2000
 
 @register("lowrank")
 def lowrank(
-    layout, backend, init: GuideInit, seed: int = 0, rank: int | None = None, blocks: str = "site",
+    layout,
+    backend,
+    init: GuideInit,
+    seed: int = 0,
+    rank: int | None = None,
+    blocks: str = "site",
     init_scale: float = 0.01,
-):  # fmt: skip
+):
     """Factory of :class:`LowRankGuide` (``fit(..., guide="lowrank", rank=10, blocks="site")``).
 
     ``rank`` defaults to min(10, d); an explicit rank must lie in [1, d]."""
