@@ -31,8 +31,22 @@ from ppl_bdl.errors import (
     PPLError,
 )
 from ppl_bdl.inference import ebm
+from ppl_bdl.inference.cavi.method import CAVI
+from ppl_bdl.inference.ensemble import Ensemble
+from ppl_bdl.inference.mcmc.methods import (
+    HMC,
+    NUTS,
+    PSGLD,
+    SGHMC,
+    SGLD,
+    SGMCMC,
+    CyclicalSGHMC,
+    CyclicalSGLD,
+)
 from ppl_bdl.inference.mcmc.native_kernel import native_kernel
+from ppl_bdl.inference.method import Method
 from ppl_bdl.inference.vi.guides.custom import guide
+from ppl_bdl.inference.vi.method import VI
 from ppl_bdl.posterior.chains import merge_chains
 from ppl_bdl.posterior.diagnostics import ConvergenceError, ConvergenceWarning, Diagnostics
 from ppl_bdl.posterior.persistence import load
@@ -46,6 +60,18 @@ from ppl_bdl.run.ray_executor import RayExecutor
 __version__ = "0.1.0"
 
 __all__ = [
+    "CAVI",
+    "CyclicalSGHMC",
+    "CyclicalSGLD",
+    "Ensemble",
+    "HMC",
+    "Method",
+    "NUTS",
+    "PSGLD",
+    "SGHMC",
+    "SGLD",
+    "SGMCMC",
+    "VI",
     "BackendError",
     "BoundModel",
     "ConfigError",

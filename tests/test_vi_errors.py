@@ -24,13 +24,13 @@ def _fit(backend="numpyro", **kw):
 
 def test_unknown_guide_lists_valid_ones():
     with pytest.raises(
-        bdl.ConfigError, match="unknown guide 'nope'.*'flow'.*'lowrank'.*'meanfield'"
+        bdl.ConfigError, match="guide='nope'.*no guide of that name.*'flow'.*'lowrank'.*'meanfield'"
     ):
         _fit(guide="nope")
 
 
 def test_unknown_objective_lists_valid_ones():
-    with pytest.raises(bdl.ConfigError, match="unknown objective 'kl'.*'elbo'.*'iwae'.*'renyi'"):
+    with pytest.raises(bdl.ConfigError, match="objective='kl'.*'elbo'.*'renyi'.*'iwae'"):
         _fit(objective="kl")
 
 
@@ -51,11 +51,11 @@ def test_other_bad_settings():
         _fit(objective="renyi")
     with pytest.raises(bdl.ConfigError, match="alpha=0.5 only applies"):
         _fit(alpha=0.5)
-    with pytest.raises(bdl.ConfigError, match="unknown option.*'rank'.*guide='meanfield'"):
+    with pytest.raises(bdl.ConfigError, match="guide='meanfield', rank=.*not a setting of the meanfield guide"):
         _fit(guide="meanfield", rank=2)
-    with pytest.raises(bdl.ConfigError, match="unknown optimizer"):
+    with pytest.raises(bdl.ConfigError, match="optimizer='rmsprop'.*must be one of"):
         _fit(optimizer="rmsprop")
-    with pytest.raises(bdl.ConfigError, match="unknown schedule"):
+    with pytest.raises(bdl.ConfigError, match="schedule='linear'.*must be one of"):
         _fit(schedule="linear")
     with pytest.raises(bdl.ConfigError, match="num_particles"):
         _fit(num_particles=0)

@@ -27,7 +27,6 @@ import warnings
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -35,9 +34,9 @@ import ppl_bdl as bdl
 from ppl_bdl import __version__, backends
 from ppl_bdl.cli import demo
 from ppl_bdl.cli.data import bind, load_model, read_data
-from ppl_bdl.cli.flags import _option_value, check_output, fit_settings
+from ppl_bdl.cli.flags import add_method_flags, build_method, check_output, methods_text
 from ppl_bdl.errors import ConfigError, InferenceError, PPLError
-from ppl_bdl.inference.mcmc import kernels
+from ppl_bdl.inference.methods import options_page
 from ppl_bdl.inference.vi import guides
 from ppl_bdl.posterior.diagnostics import ConvergenceError, ConvergenceWarning
 
@@ -55,11 +54,17 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"ppl_bdl {__version__} (Python {platform.python_version()})")
     print(f"backends installed: {', '.join(backends.available()) or 'none'}")
     print(f"backends known:     {', '.join(sorted(backends.registered()))}")
-    print(f"kernels (fit method=): {', '.join(kernels.available())}, vi")
+    print(f"methods (fit method=): {methods_text()}")
     print(f"guides (method='vi'):  {', '.join(guides.available()) or 'none registered'}")
     print("versions:")
     for dist in ("numpy", "scipy", "arviz", "xarray", "matplotlib", *backends.libraries()):
         print(f"  {dist:<11} {ver(dist)}")
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    """Every method's options as Markdown tables (docs/methods.md is this page)."""
+    print(options_page(), end="")
     return 0
 
 
@@ -94,7 +99,7 @@ def _backend_name(name: str | None) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    settings = fit_settings(args)  # first: it fails in a blink, the backend import does not
+    method = build_method(args)  # first: it fails in a blink, the backend import does not
     backend = _backend_name(args.backend)
     model = load_model(args.model)
     out = Path(args.out or f"{model.name}_{backend}_{args.method}.nc")
@@ -109,14 +114,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
             post = bdl.fit(  # read off the package when called: tests stand in for it
                 bound,
                 backend=backend,
-                method=args.method,
-                num_samples=args.num_samples,
+                method=method,
                 seed=args.seed,
                 precision=args.precision,
                 device=args.device,
                 progress=args.progress,
                 strict=args.strict,
-                **settings,
             )
     except ConvergenceError as e:
         print(
@@ -144,85 +147,23 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 # -- parser -----------------------------------------------------------------------------------------
-def _int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _probability(text: str) -> float:
-    value = _positive_float(text)
-    if not value < 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
-    return value
-
-
-def _step_size(text: str) -> float | str:
-    return "auto" if text == "auto" else _positive_float(text)
-
-
-def _init(text: str) -> Any:
-    value = _option_value(text)
-    return value if isinstance(value, dict | list) else text
-
-
 def _add_fit_flags(p: argparse.ArgumentParser) -> None:
-    # One flag a line reads as the table it is (docs/cli.md has the long form).
     g = p.add_argument_group("every method")
     g.add_argument(
         "--data", metavar="FILE", required=True, help="a .npz, .csv or .json file (docs/cli.md)"
     )
     g.add_argument("--backend", metavar="NAME", help="pyro or numpyro (default: NumPyro)")
-    g.add_argument(
-        "--method",
-        metavar="NAME",
-        default="nuts",
-        help="nuts (default), hmc, sgld, sghmc, psgld, csgld, csghmc or vi",
-    )
-    g.add_argument(
-        "--num-samples",
-        metavar="N",
-        type=_int_at_least(1),
-        default=1000,
-        help="draws kept per chain; VI: draws from the guide (1000)",
-    )
+    g.add_argument("--method", metavar="NAME", default="nuts", help=f"one of {methods_text()}")
     g.add_argument("--seed", metavar="N", type=int, default=0)
     g.add_argument("--precision", default="float32", choices=["float32", "float64"])
     g.add_argument("--device", metavar="DEV", help="cpu, cuda, cuda:1, ... (the backend's)")
     g.add_argument(
-        "--init",
-        type=_init,
-        help="median, prior, uniform (MCMC) or a JSON object; VI: its init_loc",
-    )
-    g.add_argument(
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="any other setting of the method (VALUE read as JSON)",
+        help="a registered kernel's or guide's own setting (VALUE read as JSON)",
     )
-    g.add_argument(
-        "--threads",
-        metavar="N",
-        type=_int_at_least(1),
-        help="intra-op CPU threads, where the backend has the setting",
-    )
+    g.add_argument("--threads", metavar="N", type=int, help="intra-op CPU threads")
     g.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -235,45 +176,7 @@ def _add_fit_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--out", metavar="FILE", help="NetCDF output (MODEL_BACKEND_METHOD.nc)")
     g.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-
-    g = p.add_argument_group("MCMC (nuts, hmc and the SG-MCMC kernels)")
-    g.add_argument("--num-warmup", metavar="N", type=_int_at_least(0), help="per chain (1000)")
-    g.add_argument("--num-chains", metavar="N", type=_int_at_least(1), help="chains (4)")
-    g.add_argument("--thinning", metavar="N", type=_int_at_least(1), help="keep every N-th (1)")
-    g.add_argument(
-        "--step-size",
-        metavar="X",
-        type=_step_size,
-        help="SG-MCMC: a number or auto (default); NUTS/HMC: the initial one",
-    )
-    g.add_argument("--target-accept", metavar="P", type=_probability, help="NUTS/HMC (0.8)")
-    g.add_argument("--max-tree-depth", metavar="N", type=_int_at_least(1), help="NUTS (10)")
-    g.add_argument("--dense-mass", action="store_true", default=None, help="NUTS/HMC")
-
-    g = p.add_argument_group("VI (and --num-steps of HMC, --batch-size, --schedule of SG-MCMC)")
-    g.add_argument(
-        "--num-steps",
-        metavar="N",
-        type=_int_at_least(1),
-        help="VI: optimizer steps; HMC: leapfrog steps per draw (10)",
-    )
-    g.add_argument(
-        "--guide", metavar="NAME", help="meanfield (default), lowrank, fullrank, flow, delta"
-    )
-    g.add_argument("--lr", metavar="X", type=_positive_float, help="the learning rate")
-    g.add_argument("--objective", metavar="NAME", help="elbo (default), renyi, iwae")
-    g.add_argument("--num-particles", metavar="N", type=_int_at_least(1), help="per step (1)")
-    g.add_argument(
-        "--batch-size",
-        metavar="N",
-        type=_int_at_least(1),
-        help="VI, SG-MCMC: minibatch size (default: the full data)",
-    )
-    g.add_argument(
-        "--schedule",
-        metavar="NAME",
-        help="VI: plateau, constant, exponential, cosine; SG-MCMC: constant, polynomial, cyclical",
-    )
+    add_method_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="installed backends, kernels and versions")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("methods", help="every inference method's options, as tables")
+    p.set_defaults(func=cmd_methods)
 
     p = sub.add_parser("demo", help="fit a BNN regression and eight schools on every backend")
     p.add_argument("--out", default="ppl_bdl_demo", help="output folder (default: ./ppl_bdl_demo)")

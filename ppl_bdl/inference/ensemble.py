@@ -52,8 +52,9 @@ Example
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -61,6 +62,7 @@ from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.method import Method, check_params, option
 from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
@@ -190,23 +192,6 @@ def _check_anchored(anchored: Any) -> bool | tuple[str, ...]:
     raise ConfigError(
         f"anchored must be True, False or a non-empty list of latent site names, got {anchored!r}."
     )
-
-
-def check_ensemble_call(num_chains, num_warmup, thinning, num_samples) -> None:
-    """The fit arguments that do not apply to an ensemble are errors, not silently ignored."""
-    if num_chains is not None:
-        raise ConfigError(
-            f"num_chains={num_chains!r} does not apply to method='ensemble': the ensemble's "
-            "members are its chains. Use num_members=..."
-        )
-    given = {"num_warmup": num_warmup, "thinning": thinning, "num_samples": num_samples}
-    given = sorted(k for k, v in given.items() if v is not None)
-    if given:
-        raise ConfigError(
-            f"option(s) {', '.join(given)}: does not apply to method='ensemble': each of the "
-            "num_members members runs num_steps optimizer steps and keeps one draw, its last "
-            "position (no warmup, no chain to thin). Leave them out."
-        )
 
 
 # -- anchors ---------------------------------------------------------------------------------
@@ -433,3 +418,74 @@ def _raise_failure(setup: Setup, run: RunResult, transition, members, log_likeli
         "priors and data.",
         partial=partial,
     )
+
+
+# -- the method ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ensemble(Method):
+    """Deep ensembles (Lakshminarayanan et al. 2017) and anchored ensembles (Pearce et al.
+    2020): ``num_members`` MAP fits from their own starts, one draw per member.
+
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> bdl.Ensemble(num_members=8, lr=0.05).config().optimizer.lr
+    0.05
+    """
+
+    num_members: int = option(5, "members, each one MAP fit (a chain of one draw)")
+    num_steps: int = option(2000, "optimizer steps per member")
+    batch_size: int | None = option(None, "minibatch size (None: the full data)")
+    anchored: Any = option(
+        False, "True: anchor every latent site; or a tuple of site names; False: a plain ensemble"
+    )
+    optimizer: str = option("adam", "'adam' or 'sgd'")
+    lr: float = option(1e-2, "the learning rate")
+    momentum: float = option(0.0, "sgd's momentum")
+    schedule: str = option("constant", "'constant', 'exponential' or 'cosine'")
+    decay: float = option(0.1, "the exponential and cosine schedules' final factor")
+    clip_norm: float | None = option(None, "clip each step's gradient to this norm")
+    chunk_size: int | None = option(None, "steps per compiled call (None: chosen by the driver)")
+    init: Any = option(None, "where members start: 'median', 'uniform', 'prior' or a dict")
+    hold_params: bool = option(False, "hold the model's bdl.param sites at their initial values")
+
+    method_name: ClassVar[str] = "ensemble"
+    runs_chains: ClassVar[bool] = True
+    hints: ClassVar[dict[str, str]] = {
+        "num_chains": "an ensemble's members are its chains: set num_members",
+        "num_samples": "each member keeps one draw, its last position",
+        "num_warmup": "each member runs num_steps optimizer steps (no warmup)",
+        "thinning": "each member keeps one draw (no chain to thin)",
+    }
+
+    def __post_init__(self) -> None:
+        self.config()  # EnsembleConfig's checks
+        if not isinstance(self.hold_params, bool):
+            raise ConfigError(
+                f"Ensemble(hold_params={self.hold_params!r}): hold_params must be True or False."
+            )
+
+    @property
+    def num_chains_to_run(self) -> int:
+        return self.num_members
+
+    def config(self) -> EnsembleConfig:
+        names = inspect.signature(EnsembleConfig.build).parameters
+        return EnsembleConfig.build(
+            **{k: getattr(self, k) for k in names if k != "unknown" and hasattr(self, k)}
+        )
+
+    def settings(self) -> dict:
+        return {**self.given(), **self.config().settings()}
+
+    def run(self, setup, *, seed: int, progress: bool, log_likelihood: bool, chain_ids):
+        check_params(setup, self.name, self.hold_params)
+        return run_ensemble(
+            setup,
+            self.config(),
+            seed=seed,
+            init=self.init,
+            progress=progress,
+            log_likelihood=log_likelihood,
+            chain_ids=chain_ids,
+        )

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.errors import InferenceError
 from ppl_bdl.inference.cavi.conjugacy import recognise
 from ppl_bdl.inference.cavi.factors import CAVIFactors
 from ppl_bdl.inference.cavi.updates import CAVIProgram
@@ -63,61 +63,25 @@ def default_tol(precision: str) -> float:
     return max(1e-8, 100.0 * _EPS[precision])
 
 
-def check_cavi_call(num_chains=None, num_warmup=None, thinning=None, init=None) -> None:
-    """``fit``'s options that do not apply to CAVI, refused before anything runs."""
-    if num_chains not in (None, 1):
-        raise ConfigError(
-            f"num_chains={num_chains!r} does not apply to method='cavi': CAVI fits one q. "
-            "Leave num_chains out, or run several fits with different seeds (each seed starts "
-            "from other random responsibilities)."
-        )
-    given = sorted(
-        k
-        for k, v in dict(num_warmup=num_warmup, thinning=thinning, init=init).items()
-        if v is not None
-    )
-    if given:
-        raise ConfigError(
-            f"option(s) {', '.join(given)}: does not apply to method='cavi': CAVI runs sweeps of "
-            "closed-form updates (no warmup, no chain to thin) from every factor's prior and "
-            "random responsibilities drawn from seed. Leave them out (change seed to start "
-            "elsewhere)."
-        )
-
-
 def run_cavi(
     setup: Setup,
     num_samples: int,
     seed: int,
     progress: bool = False,
     log_likelihood: bool = True,
-    **options,
+    *,
+    num_steps: int = DEFAULT_NUM_STEPS,
+    tol: float,
+    restarts: int = 1,
 ):
-    """Fit ``setup``'s model by CAVI; a :class:`~ppl_bdl.posterior.posterior.Posterior` (see the module).
-
-    Options: ``num_steps`` (the most sweeps, default :data:`DEFAULT_NUM_STEPS`), ``tol`` (stop
-    when (ELBO_t − ELBO_{t−1}) / |ELBO_t| < tol; default :func:`default_tol`), ``restarts``
-    (default 1: runs from that many starts, seeds ``seed``, ``seed + 1``, ..., and keeps the
-    one with the highest final ELBO; CAVI, like EM, reaches a local optimum, and the starts of
-    a mixture differ in where its component means begin).
+    """Fit ``setup``'s model by CAVI; a :class:`~ppl_bdl.posterior.posterior.Posterior` (see
+    the module). The settings are checked by :class:`~ppl_bdl.inference.cavi.method.CAVI`:
+    ``num_steps`` (the most sweeps), ``tol`` (stop when (ELBO_t − ELBO_{t−1}) / |ELBO_t| <
+    tol), ``restarts`` (runs from that many starts, seeds ``seed``, ``seed + 1``, ..., and
+    keeps the one with the highest final ELBO; CAVI, like EM, reaches a local optimum, and the
+    starts of a mixture differ in where its component means begin).
     """
-    unknown = sorted(set(options) - {"num_steps", "tol", "restarts"})
-    if unknown:
-        raise ConfigError(
-            f"unknown option(s) {unknown} for method='cavi'; expected some of ['num_steps', "
-            "'restarts', 'tol'] (its updates are closed-form: no optimizer, learning rate or "
-            "batch size)."
-        )
-    restarts = options.get("restarts", 1)
-    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
-        raise ConfigError(f"restarts must be an int >= 1 (starts of CAVI), got {restarts!r}.")
-    num_steps = options.get("num_steps", DEFAULT_NUM_STEPS)
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ConfigError(f"num_steps must be an int >= 1 (sweeps of CAVI), got {num_steps!r}.")
     be = setup.backend
-    tol = options.get("tol", default_tol(be.precision))
-    if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol > 0:
-        raise ConfigError(f"tol must be a number > 0 (a relative change of the ELBO), got {tol!r}.")
     program = CAVIProgram(recognise(setup, seed), be)
     runs = []
     for start in range(restarts):
