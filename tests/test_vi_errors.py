@@ -51,7 +51,9 @@ def test_other_bad_settings():
         _fit(objective="renyi")
     with pytest.raises(bdl.ConfigError, match="alpha=0.5 only applies"):
         _fit(alpha=0.5)
-    with pytest.raises(bdl.ConfigError, match="guide='meanfield', rank=.*not a setting of the meanfield guide"):
+    with pytest.raises(
+        bdl.ConfigError, match="guide='meanfield', rank=.*not a setting of the meanfield guide"
+    ):
         _fit(guide="meanfield", rank=2)
     with pytest.raises(bdl.ConfigError, match="optimizer='rmsprop'.*must be one of"):
         _fit(optimizer="rmsprop")
