@@ -1,5 +1,5 @@
 """What the built-in backends share: the name, precision and device they were made with, and
-making themselves the backend of :mod:`ppl_bdl.math` in a block.
+making themselves the backend of :mod:`ppl_bdl.dsl.math` in a block.
 
 The interface itself is the typed protocol :class:`ppl_bdl.backend_protocol.Backend` (in the core);
 this base class only implements the members that need no array library.
@@ -58,7 +58,7 @@ class BackendBase:
         return self.vmap(fn, in_axes=in_axes)
 
     def activate(self) -> AbstractContextManager:
-        """Make this backend the target of :mod:`ppl_bdl.math` in a ``with`` block."""
+        """Make this backend the target of :mod:`ppl_bdl.dsl.math` in a ``with`` block."""
         return use_backend(self)
 
     def on(self, device, shard: str | None = None):

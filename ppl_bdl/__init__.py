@@ -49,11 +49,11 @@ from ppl_bdl.inference.vi.guides.custom import guide
 from ppl_bdl.inference.vi.method import VI
 from ppl_bdl.posterior.chains import merge_chains
 from ppl_bdl.posterior.diagnostics import ConvergenceError, ConvergenceWarning, Diagnostics
-from ppl_bdl.posterior.persistence import load
 from ppl_bdl.posterior.posterior import Posterior
 from ppl_bdl.posterior.predictive import PredictiveResult, prior_predictive
 from ppl_bdl.run.executor import InProcessExecutor
 from ppl_bdl.run.fit import CostWarning, fit
+from ppl_bdl.run.persistence import load
 from ppl_bdl.run.process_executor import DeviceExecutor
 from ppl_bdl.run.ray_executor import RayExecutor
 

@@ -9,7 +9,7 @@ else.
 The groups:
 
 - :class:`Arrays`: converting data, NumPy round trips, pytrees, the precision/device scope;
-  ``math`` (the functions of :data:`ppl_bdl.math.NAMES`) and ``random`` (:class:`RandomKeys`).
+  ``math`` (the functions of :data:`ppl_bdl.dsl.math.NAMES`) and ``random`` (:class:`RandomKeys`).
 - :class:`Autodiff`: gradients, vectorisation, compilation, and the compiled loop that runs a
   chunk of steps (:meth:`Autodiff.compile_loop`).
 - :class:`Distributions`: neutral specs to native distributions, bijections, and the native
@@ -186,7 +186,7 @@ class Arrays(Protocol):
         ...
 
     def activate(self) -> AbstractContextManager:
-        """Make this backend the one :mod:`ppl_bdl.math` runs on in the block."""
+        """Make this backend the one :mod:`ppl_bdl.dsl.math` runs on in the block."""
         ...
 
     def asarray(self, value: Any, dtype: str | None = None) -> Array: ...

@@ -207,7 +207,7 @@ def test_a_model_value_used_as_a_python_value_is_the_same_error_everywhere(model
     assert all(m == text for m in messages.values()), messages
     assert text.startswith(f"model {model.name!r}: a model value is used as a Python value {where}")
     assert "test_model_values.py:" in text and line in text
-    assert "ppl_bdl.math.where" in text and "mask" in text and "enumeration" in text
+    assert "ppl_bdl.dsl.math.where" in text and "mask" in text and "enumeration" in text
 
 
 @bdl.model

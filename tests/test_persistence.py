@@ -15,7 +15,7 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.posterior.persistence import EXPECTED
+from ppl_bdl.run.persistence import EXPECTED
 
 
 @bdl.model

@@ -1,4 +1,4 @@
-"""The math namespace of the NumPyro backend: :mod:`ppl_bdl.math` on JAX arrays."""
+"""The math namespace of the NumPyro backend: :mod:`ppl_bdl.dsl.math` on JAX arrays."""
 
 from __future__ import annotations
 

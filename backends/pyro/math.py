@@ -1,4 +1,4 @@
-"""The math namespace of the Pyro backend: :mod:`ppl_bdl.math` on torch tensors."""
+"""The math namespace of the Pyro backend: :mod:`ppl_bdl.dsl.math` on torch tensors."""
 
 from __future__ import annotations
 

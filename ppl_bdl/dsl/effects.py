@@ -92,7 +92,7 @@ class Handler:
 class Runtime(Handler):
     """The bottom handler: runs primitives on one backend.
 
-    Entering a runtime also makes its backend the one :mod:`ppl_bdl.math` dispatches to.
+    Entering a runtime also makes its backend the one :mod:`ppl_bdl.dsl.math` dispatches to.
     Subclasses implement :meth:`run` (sample, param, deterministic, factor), :meth:`plate` and
     :meth:`scan`.
     """
@@ -192,7 +192,7 @@ def current_backend() -> Backend:
     backend = _BACKEND.get()
     if backend is None:
         raise ModelError(
-            "ppl_bdl.math / ppl_bdl.random was called outside a model run or inference loop, so there "
+            "ppl_bdl.dsl.math / ppl_bdl.dsl.random was called outside a model run or inference loop, so there "
             "is no backend to run it on. Call it inside a @ppl_bdl.dsl.model function (run by fit, "
             "predict or lower), or wrap your code in `with ppl_bdl.backends.get('numpyro').activate():`."
         )
@@ -200,9 +200,9 @@ def current_backend() -> Backend:
 
 
 class use_backend:
-    """Make ``backend`` the target of :mod:`ppl_bdl.math` for the ``with`` block (no model run).
+    """Make ``backend`` the target of :mod:`ppl_bdl.dsl.math` for the ``with`` block (no model run).
 
-    Inference loops enter this so kernels and guides written with ``ppl_bdl.math`` run on the
+    Inference loops enter this so kernels and guides written with ``ppl_bdl.dsl.math`` run on the
     backend chosen at fit time.
     """
 

@@ -28,9 +28,7 @@ from ppl_bdl.dsl.model_errors import (
     is_shape_error,
     shape_error,
 )
-from ppl_bdl.errors import ModelError, PPLError
-from ppl_bdl.trace.interpreter import Evaluator
-from ppl_bdl.trace.lowering import Lowering
+from ppl_bdl.errors import ModelError
 
 
 class Model:
@@ -159,30 +157,9 @@ class BoundModel:
         ...                           progress_bar=False)
         >>> mcmc.run(jax.random.PRNGKey(0))
         """
-        be = get_backend(backend, precision=precision)
-        sites, discrete = self._discrete_trace(be)
+        from ppl_bdl.trace.lowering import lower_model  # the run layer, entered when asked
 
-        def native_model():
-            with be.scope():
-                return self.run_with(Lowering(be, sites=sites, enumerated=discrete))
-
-        native_model.__name__ = f"{self.name}_{be.name}"
-        native_model.__doc__ = f"{self.name} lowered to {be.name} (data bound; no arguments)."
-        return native_model
-
-    def _discrete_trace(self, be) -> tuple[dict | None, frozenset]:
-        """A recorded run of the model and its discrete latent sites when it has any (their
-        values carry enumeration's dimensions when lowered); (None, empty) otherwise, or when the
-        model fails to run: its error then shows where the lowered model is called."""
-        with be.scope():
-            run = Evaluator(be, key=be.random.key(0), missing="uniform", validate=True, record=True)
-            try:
-                self.run_with(run)
-            except (PPLError, IndexError):  # e.g. data read past its end (torch raises)
-                return None, frozenset()
-        sites = run.sites
-        discrete = frozenset(n for n, s in sites.items() if s.kind == "latent" and s.is_discrete)
-        return (sites, discrete) if discrete else (None, frozenset())
+        return lower_model(self, get_backend(backend, precision=precision))
 
     def __repr__(self) -> str:
         return f"<ppl_bdl.BoundModel {self.name}>"

@@ -142,10 +142,10 @@ def conversion_error(model: Any, runtime: Any, err: BaseException) -> ModelError
         "are arrays that a fit traces once for all their values: Python cannot branch on them "
         "(`if`, `while`, `and`/`or`), turn them into Python numbers (`float(x)`, `int(x)`, "
         "`x.item()`) or NumPy arrays (`np.exp(x)`, a NumPy array indexed with a plate's indices). "
-        "Instead: choose between values with ppl_bdl.math.where (`math.where(mu > 0, a, b)`); "
+        "Instead: choose between values with ppl_bdl.dsl.math.where (`math.where(mu > 0, a, b)`); "
         "mask terms of the log density (multiply by a 0/1 mask, or math.where inside a factor); "
         "sum a discrete choice out (enumeration: math.logsumexp over its values, in a factor); "
-        "compute with ppl_bdl.math instead of NumPy, and bind NumPy arrays as the model's data."
+        "compute with ppl_bdl.dsl.math instead of NumPy, and bind NumPy arrays as the model's data."
     )
     return ModelError(text)
 

@@ -19,7 +19,7 @@ import math as _pymath
 from dataclasses import dataclass
 from typing import Any
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.errors import ConfigError, one_of
 
 OPTIMIZERS = ("adam", "sgd")
@@ -107,7 +107,7 @@ def learning_rate(config: OptimizerConfig, step: Any, xp: Any = _pymath) -> Any:
 
 def unit_schedule(config: OptimizerConfig):
     """The schedule's shape, ``learning_rate / lr`` as a function of a (traced) step counter
-    written with :mod:`ppl_bdl.math`; None for a constant shape (constant, plateau).
+    written with :mod:`ppl_bdl.dsl.math`; None for a constant shape (constant, plateau).
 
     Example
     -------

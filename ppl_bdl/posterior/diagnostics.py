@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ppl_bdl.errors import InferenceError
-from ppl_bdl.inference.vi.loss_curves import CURVE_ADVICE as _CURVE_ADVICE
-from ppl_bdl.inference.vi.loss_curves import VI_ABOVE_MINIMUM_SE, VI_RELATIVE_CHANGE  # noqa: F401 (thresholds)
-from ppl_bdl.inference.vi.loss_curves import loss_curve_checks as _loss_curve_checks
 from ppl_bdl.posterior.arviz_export import quiet_arviz
+from ppl_bdl.posterior.loss_curves import CURVE_ADVICE as _CURVE_ADVICE
+from ppl_bdl.posterior.loss_curves import VI_ABOVE_MINIMUM_SE, VI_RELATIVE_CHANGE  # noqa: F401 (thresholds)
+from ppl_bdl.posterior.loss_curves import loss_curve_checks as _loss_curve_checks
 
 
 class ConvergenceWarning(UserWarning):

@@ -288,7 +288,7 @@ class Posterior:
     # -- saving -------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the posterior to NetCDF through ArviZ (:mod:`ppl_bdl.posterior.netcdf_file`); read it
-        back with :func:`ppl_bdl.load` (:mod:`ppl_bdl.posterior.persistence`)."""
+        back with :func:`ppl_bdl.load` (:mod:`ppl_bdl.run.persistence`)."""
         return posterior_file.save(self, path)
 
 

@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ppl_bdl import backends
+from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.model import BoundModel, unbound_message
 from ppl_bdl.errors import ConfigError, ModelError
 from ppl_bdl.inference.mcmc.methods import CostWarning
@@ -225,7 +225,7 @@ def choose_executor(executor: Any, method: Method, request: FitRequest, chain_id
                     f"method fits one approximation in one process. Leave {name} out."
                 )
         return None
-    found = backends.get(request.backend, request.precision)
+    found = get_backend(request.backend, request.precision)
     devices = found.process_devices(request.device, request.shard)
     if devices is not None:
         if executor is not None:

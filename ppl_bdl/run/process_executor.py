@@ -49,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ppl_bdl import backends
+from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.model import Model
 from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.loop.driver import progress_bar
@@ -263,7 +263,7 @@ def main(argv: list[str]) -> None:
     try:
         job = pickle.loads((Path(folder) / "job.pkl").read_bytes())
         if int(threads):  # this process's share of the CPU's cores
-            backends.get(job.options.get("backend")).set_threads(int(threads))
+            get_backend(job.options.get("backend")).set_threads(int(threads))
         group = [int(c) for c in chains]
         result = run_detached(
             dataclasses.replace(job, options={**job.options, "device": device}), group

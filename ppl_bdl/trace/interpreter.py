@@ -378,7 +378,7 @@ class Evaluator(Runtime):
     def _foreign_message(self, site: str, what: str, value: Any) -> str:
         return (
             f"site {site!r}: {what} is a {foreign_library(value)} array, but the model runs on the "
-            f"{self.backend.name!r} backend. Use ppl_bdl.math and bound data instead of "
+            f"{self.backend.name!r} backend. Use ppl_bdl.dsl.math and bound data instead of "
             "torch/jax functions inside the model."
         )
 

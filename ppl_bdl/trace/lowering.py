@@ -17,14 +17,17 @@ plates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
 from ppl_bdl.dsl.control_flow import no_nesting, python_loop, tree_to_backend
 from ppl_bdl.dsl.effects import Message, PlateFrame, Runtime
 from ppl_bdl.dsl.sites import SiteShape, plate_batch_shape, site_shape
-from ppl_bdl.errors import ModelError
+from ppl_bdl.errors import ModelError, PPLError
+from ppl_bdl.trace.interpreter import Evaluator
 
 
 class Lowering(Runtime):
@@ -191,3 +194,35 @@ class Lowering(Runtime):
                 steps.close()  # leaves every step's markov context
         finally:
             self._in_scan, self._suffix, self._step_values = False, "", None
+
+
+def lower_model(bound, backend) -> Callable[[], Any]:
+    """``bound`` as a plain native model of ``backend``: a no-argument callable that Pyro's or
+    NumPyro's own ``MCMC``, ``SVI`` and ``Predictive`` accept (see
+    :meth:`~ppl_bdl.dsl.model.BoundModel.lower`)."""
+    sites, discrete = _discrete_trace(bound, backend)
+
+    def native_model():
+        with backend.scope():
+            return bound.run_with(Lowering(backend, sites=sites, enumerated=discrete))
+
+    native_model.__name__ = f"{bound.name}_{backend.name}"
+    native_model.__doc__ = f"{bound.name} lowered to {backend.name} (data bound; no arguments)."
+    return native_model
+
+
+def _discrete_trace(bound, backend) -> tuple[dict | None, frozenset]:
+    """A recorded run of the model and its discrete latent sites when it has any (their values
+    carry enumeration's dimensions when lowered); (None, empty) otherwise, or when the model
+    fails to run: its error then shows where the lowered model is called."""
+    with backend.scope():
+        run = Evaluator(
+            backend, key=backend.random.key(0), missing="uniform", validate=True, record=True
+        )
+        try:
+            bound.run_with(run)
+        except (PPLError, IndexError):  # e.g. data read past its end (torch raises)
+            return None, frozenset()
+    sites = run.sites
+    discrete = frozenset(n for n, s in sites.items() if s.kind == "latent" and s.is_discrete)
+    return (sites, discrete) if discrete else (None, frozenset())

@@ -1,6 +1,6 @@
 """Bayesian layers: every weight is a sample site named by its path, with a prior per layer.
 
-Layers are written once, with :mod:`ppl_bdl.math`, and run on every backend: :class:`Dense`,
+Layers are written once, with :mod:`ppl_bdl.dsl.math`, and run on every backend: :class:`Dense`,
 :class:`Conv2d` (NCHW), :class:`MaxPool2d`, :class:`AvgPool2d`, :class:`GlobalAvgPool2d`,
 :class:`Flatten`, :class:`LayerNorm`, activations, and the containers :class:`Sequential`,
 :class:`Residual` and :class:`MLP`. :func:`lift` makes an existing torch or equinox module

@@ -58,7 +58,7 @@ def _child_path(path: str, child: Module, i: int) -> str:
 
 class Sequential(Module):
     """Layers applied in order. ``layers`` holds layers, activation names (``"relu"``) and
-    functions of :mod:`ppl_bdl.math`; a layer's sites are named ``{name}.{layer name}.{param}``.
+    functions of :mod:`ppl_bdl.dsl.math`; a layer's sites are named ``{name}.{layer name}.{param}``.
     ``prior`` is the default of the layers without a prior of their own.
 
     Example
@@ -175,7 +175,7 @@ class MLP(Sequential):
 
     ``sizes`` lists the widths, inputs first: ``MLP("net", [8, 50, 1])`` maps (batch, 8) to
     (batch, 1) with weight sites ``net.0.weight`` (8, 50), ``net.0.bias``, ``net.1.weight``, ...
-    ``activation`` is a name ("relu", "tanh", "gelu", ...) or a ``ppl_bdl.math`` function; the last
+    ``activation`` is a name ("relu", "tanh", "gelu", ...) or a ``ppl_bdl.dsl.math`` function; the last
     layer is linear. ``prior`` (or ``prior_scale``) applies to every layer.
 
     Example

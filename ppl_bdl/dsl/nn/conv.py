@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.dsl.nn.module import (
     Module,
     Site,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.dsl.nn.module import (
     Module,
     Site,

@@ -4,7 +4,7 @@ A layer is a description: its name, its hyper-parameters and its prior. It holds
 ``layer.sample()`` draws the weight sites (one ``bdl.sample`` per parameter tensor, named by the
 layer's path, ``cnn.conv.weight``) and returns the network with those weights as a function of the
 input. ``layer.apply(values, x)`` runs it on weights given by site name, with no sampling: the same
-code runs on every backend, written with :mod:`ppl_bdl.math`.
+code runs on every backend, written with :mod:`ppl_bdl.dsl.math`.
 
 A layer inside a container takes the container's path as a prefix and, when it has no prior of its
 own, the container's prior.
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.dsl.dist import Distribution
 from ppl_bdl.dsl.nn.priors import Prior, check_prior
 from ppl_bdl.dsl.primitives import sample
@@ -112,7 +112,7 @@ class Module:
 
     def apply(self, values: Mapping[str, Array], x: Array) -> Array:
         """Run the network on ``x`` with the weights ``values`` (site name -> array); samples
-        nothing. Run it where :mod:`ppl_bdl.math` has a backend (in a model, or under
+        nothing. Run it where :mod:`ppl_bdl.dsl.math` has a backend (in a model, or under
         ``backend.activate()``).
 
         Example
@@ -180,7 +180,7 @@ class SampledNetwork:
 class Activation(Module):
     """An elementwise function as a layer: a name (``"relu"``, ``"tanh"``, ``"gelu"``,
     ``"sigmoid"``, ``"softplus"``, ``"elu"``, ``"silu"``, ``"identity"``) or a function of
-    :mod:`ppl_bdl.math`. Containers turn names and functions in their layer list into these.
+    :mod:`ppl_bdl.dsl.math`. Containers turn names and functions in their layer list into these.
 
     Example
     -------
@@ -205,7 +205,7 @@ def resolve_activation(activation: str | Callable, where: str) -> Callable:
         if activation not in ACTIVATIONS:
             raise ModelError(
                 f"{where}: unknown activation {activation!r}; expected one of "
-                f"{sorted(ACTIVATIONS)} or a function from ppl_bdl.math."
+                f"{sorted(ACTIVATIONS)} or a function from ppl_bdl.dsl.math."
             )
         return ACTIVATIONS[activation]
     if callable(activation):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.dsl.dist import Distribution, Normal
 from ppl_bdl.dsl.nn.module import Module, Site, check_layer_prior, check_name, shape_of
 from ppl_bdl.dsl.nn.priors import Prior, resolve_prior

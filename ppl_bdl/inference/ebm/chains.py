@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl import math as bm
-from ppl_bdl import random as br
+from ppl_bdl.dsl import math as bm
+from ppl_bdl.dsl import random as br
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.mcmc import kernels
 from ppl_bdl.inference.mcmc.schedules import SCHEDULES, make_schedule

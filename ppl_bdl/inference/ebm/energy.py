@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.dsl.nn import Module, SampledNetwork, initial_values
 from ppl_bdl.errors import DataError, ModelError
 

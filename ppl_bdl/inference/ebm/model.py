@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl import backends
+from ppl_bdl.backends import get as get_backend
 from ppl_bdl.errors import ConfigError, InferenceError, ModelError
 from ppl_bdl.inference.ebm.chains import (
     ChainSpec,
@@ -92,7 +92,7 @@ class EnergyModel:
         schedule: str = "constant",
         **chain_options: Any,
     ):
-        self.backend = backends.get(backend, precision, device)
+        self.backend = get_backend(backend, precision, device)
         self.network = network
         self.chain = ChainSpec.build(
             sampler,

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl import backends
-from ppl_bdl import math as bm
+from ppl_bdl.backends import get as get_backend
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.ebm.chains import (
     ReplayBuffer,
@@ -223,7 +223,7 @@ class EBMTrainer:
         chunk_size=None,
         **chain_options,
     ):
-        be = backends.get(backend, precision, device)
+        be = get_backend(backend, precision, device)
         X = check_data(X, be.precision)
         n, event = len(X), X.shape[1:]
         batch_size = _int_in("batch_size", batch_size, 1, n, f"at most the {n} points of X")

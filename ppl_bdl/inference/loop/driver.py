@@ -60,7 +60,7 @@ _RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 class Rates(NamedTuple):
     """Every step's rate: ``scale`` × ``unit(t)`` at step t of the run (``unit`` written with
-    :mod:`ppl_bdl.math`, evaluated in the compiled step; None: the constant 1, no work per
+    :mod:`ppl_bdl.dsl.math`, evaluated in the compiled step; None: the constant 1, no work per
     step). ``scale`` is a runtime input: changing it compiles nothing.
 
     Example

@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ppl_bdl import math as bm
-from ppl_bdl import random as br
+from ppl_bdl.dsl import math as bm
+from ppl_bdl.dsl import random as br
 
 
 def leaves(tree) -> list:

@@ -1,7 +1,7 @@
 """Step-size schedules for SG-MCMC, written once and usable by every kernel.
 
 A schedule maps the step counter ``t`` (0-based, an int or an array of ints) to a step size.
-Every schedule is written with :mod:`ppl_bdl.math`, so it runs on any backend, inside a compiled
+Every schedule is written with :mod:`ppl_bdl.dsl.math`, so it runs on any backend, inside a compiled
 loop (``t`` traced) or ahead of time on a whole array of steps. The SG-MCMC driver evaluates the
 schedule once for the steps of a chunk and feeds the step sizes to the kernel.
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.errors import ConfigError, one_of
 
 #: The schedule names ``fit(..., schedule=...)`` accepts.

@@ -12,7 +12,7 @@ Both are registered as cyclical (``register(..., cyclical=True)``): the driver g
 
 from __future__ import annotations
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.inference.mcmc import blocks as bt
 from ppl_bdl.inference.mcmc.kernels.base import Kernel, ValueAndGrad
 from ppl_bdl.inference.mcmc.kernels.registry import register

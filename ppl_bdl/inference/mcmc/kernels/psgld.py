@@ -12,7 +12,7 @@ so ``step_size`` acts like an RMSprop learning rate.
 
 from __future__ import annotations
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.mcmc import blocks as bt
 from ppl_bdl.inference.mcmc.kernels.base import Kernel, ValueAndGrad

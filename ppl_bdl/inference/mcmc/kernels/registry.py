@@ -4,7 +4,7 @@ A registered SG-MCMC kernel is a factory (as in BlackJAX): called with the minib
 ``value_and_grad(position, minibatch) -> (Ũ, ∇Ũ)`` (supplied by the driver) and its settings, it
 returns a :class:`~ppl_bdl.inference.mcmc.kernels.base.Kernel`, a pair of pure functions ``init(position) ->
 state`` and ``step(rng_key, state, minibatch, step_size) -> (state, info)`` written with
-:mod:`ppl_bdl.math` and :mod:`ppl_bdl.random`, so it runs on every backend.
+:mod:`ppl_bdl.dsl.math` and :mod:`ppl_bdl.dsl.random`, so it runs on every backend.
 
 Example
 -------

@@ -21,8 +21,8 @@ a cycle does not blow up a momentum accumulated at tiny steps.
 
 from __future__ import annotations
 
-from ppl_bdl import math as bm
-from ppl_bdl import random as br
+from ppl_bdl.dsl import math as bm
+from ppl_bdl.dsl import random as br
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.mcmc import blocks as bt
 from ppl_bdl.inference.mcmc.kernels.base import Kernel, ValueAndGrad

@@ -8,7 +8,7 @@ T < 1 a "cold" posterior p(θ | D)^(1/T)).
 
 from __future__ import annotations
 
-from ppl_bdl import math as bm
+from ppl_bdl.dsl import math as bm
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.mcmc import blocks as bt
 from ppl_bdl.inference.mcmc.kernels.base import Kernel, ValueAndGrad

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl import random
+from ppl_bdl.dsl import random
 from ppl_bdl.errors import ConfigError
 
 LOG_2PI = _pymath.log(2.0 * _pymath.pi)

@@ -5,7 +5,7 @@ it still fall?
 Example
 -------
 >>> import numpy as np
->>> from ppl_bdl.inference.vi.loss_curves import loss_curve_checks
+>>> from ppl_bdl.posterior.loss_curves import loss_curve_checks
 >>> sorted(loss_curve_checks(np.linspace(100.0, 0.0, 200)))
 ['not_flat']
 >>> loss_curve_checks(np.full(200, 5.0))
