@@ -31,7 +31,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -63,12 +63,15 @@ class Transition(NamedTuple):
     where ``batch`` is a :class:`Batch` and ``rate`` the step's scheduled rate (an SG-MCMC step
     size, a VI learning rate; unused by NUTS/HMC), computed by the driver ahead of the loop;
     ``emit(state)``, what a kept step keeps (the position; nothing for VI). ``info`` is a dict
-    of arrays: a step whose info or new state holds a non-finite float has failed.
+    of arrays: a step whose info or new state holds a non-finite float has failed. ``key``:
+    what the steps' compiled program depends on (:mod:`ppl_bdl.inference.loop.programs`), so
+    another transition with an equal key reuses it; None: the program is this transition's own.
     """
 
     init: Callable[[Key, Array, Any], PyTree]
     step: Callable[[Key, PyTree, Batch, Any], tuple[PyTree, dict]]
     emit: Callable[[PyTree], PyTree]
+    key: Hashable | None = None
 
 
 class LoopResult(NamedTuple):

@@ -303,9 +303,11 @@ class NumPyroBackend(BackendBase):
 
     def place(self, tree, chain_axis: int | None = None, batch_axis: int | None = None):
         """``tree``'s arrays on the fit's devices: split along ``chain_axis`` (``shard="chains"``)
-        or ``batch_axis`` (``shard="data"``), else replicated; as they are on one device."""
+        or ``batch_axis`` (``shard="data"``), else replicated; on one device, committed to it
+        (a state made by ``jnp.asarray`` is not, and the state a chunk returns is: a loop
+        program compiled for one would be compiled again for the other)."""
         if self._placement is None:
-            return tree
+            return jax.device_put(tree, self._jax_device)
         return self._placement.place(tree, chain_axis, batch_axis)
 
 

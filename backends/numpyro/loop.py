@@ -1,4 +1,5 @@
-"""The NumPyro backend's compiled loop over a chunk of steps: one ``jax.jit`` per fit.
+"""The NumPyro backend's compiled loop over a chunk of steps: one ``jax.jit`` per transition
+(kept by the core's program cache, so fits of the same model share it).
 
 The body is the core's step; around it the loop does only what a hand-written ``lax.scan``
 does (a counter, the kept steps' draws written) plus an ``&`` of each step's "finite" into one

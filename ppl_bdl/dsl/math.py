@@ -206,5 +206,9 @@ avg_pool2d = _dispatch(
 __all__ = [
     "Array",
     "pi",
-    *(n for n, v in list(globals().items()) if callable(v) and v.__module__ == __name__ and n[0] != "_"),
+    *(
+        n
+        for n, v in list(globals().items())
+        if callable(v) and v.__module__ == __name__ and n[0] != "_"
+    ),
 ]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ppl_bdl.inference.loop.programs import keyed, programs, structure_key
 from ppl_bdl.inference.setup import Setup
 from ppl_bdl.posterior.posterior import Posterior
 from ppl_bdl.trace.enumeration import posterior_draws
@@ -51,18 +52,7 @@ class _Replayer:
         size = min(self.chunk, len(rows))
         with be.scope(), be.activate():
             if log_likelihood not in self._compiled:
-                density = self.density
-                batch = None
-                if not log_likelihood and self.values_batch is not None:
-                    batch = {k: be.asarray(v, "int") for k, v in self.values_batch.items()}
-                self._compiled[log_likelihood] = be.jit(
-                    be.vmap(
-                        lambda row, disc, data: density.replay(
-                            row, data, log_likelihood, batch, disc
-                        ),
-                        in_axes=(0, 0, None),
-                    )
-                )
+                self._compiled[log_likelihood] = self._program(log_likelihood)
             replay = self._compiled[log_likelihood]
             # Each chunk is written into arrays of all the draws (no list of parts to join:
             # the draws are held once on the host, not twice).
@@ -89,6 +79,28 @@ class _Replayer:
             {k: v.reshape((chains, draws) + v.shape[1:]) for k, v in values_out.items()},
             {k: v.reshape((chains, draws) + v.shape[1:]) for k, v in loglik_out.items()},
         )
+
+    def _program(self, log_likelihood: bool):
+        """The compiled replay, from the backend's program cache where the model has a key
+        (another fit of the same model reuses it: :mod:`ppl_bdl.inference.loop.programs`)."""
+        be, density = self.setup.backend, self.density
+        batch = None
+        if not log_likelihood and self.values_batch is not None:
+            batch = {k: be.asarray(v, "int") for k, v in self.values_batch.items()}
+
+        def build():
+            return be.jit(
+                be.vmap(
+                    lambda row, disc, data: density.replay(row, data, log_likelihood, batch, disc),
+                    in_axes=(0, 0, None),
+                )
+            )
+
+        model = self.setup.program_key()
+        key = keyed(lambda: (model, log_likelihood, structure_key(self.values_batch)))
+        if model is None or key is None:
+            return build()
+        return programs(be).get(("replay",) + key, build)
 
 
 def replay_chunk_size(setup: Setup, most: int = 256) -> int:

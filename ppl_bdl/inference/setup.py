@@ -18,6 +18,7 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,13 @@ import numpy as np
 from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.model import BoundModel, unbound_message
 from ppl_bdl.errors import ConfigError, ModelError
+from ppl_bdl.inference.loop.programs import (
+    array_value_key,
+    keyed,
+    same,
+    shapes_key,
+    structure_key,
+)
 from ppl_bdl.trace.interpreter import SiteRecord
 from ppl_bdl.trace.layout import LatentLayout
 from ppl_bdl.trace.model_trace import ModelTrace, record_model, trace_model
@@ -54,6 +62,32 @@ class Setup:
     @property
     def sites(self) -> dict[str, SiteRecord]:
         return self.trace.sites
+
+    def program_key(self) -> Hashable | None:
+        """What a program that runs this model's density depends on
+        (:mod:`ppl_bdl.inference.loop.programs`): the model (by identity), the backend, the
+        values bound that are not data arrays, the data arrays' shapes and dtypes, the params'
+        values (baked into the program) and the latent layout. None where a bound value has no
+        exact key (a module object): such a fit compiles its own programs."""
+        be = self.backend
+        data, template = self.bound.data_arrays(be)
+
+        def build() -> tuple:
+            params = tuple(
+                (name, array_value_key(be.to_numpy(value)))
+                for name, value in sorted(self.params.items())
+            )
+            return (
+                same(self.bound.model),
+                same(be),
+                structure_key(template),
+                shapes_key(data),
+                params,
+                tuple(self.layout.slots),
+                tuple(self.layout.discrete),
+            )
+
+        return keyed(build)
 
 
 def prepare(

@@ -5,8 +5,9 @@ data) -> state``, ``step(key, state, batch, rate) -> (state, info)`` and ``emit(
 array a kept step keeps. :func:`run_chains` runs it:
 
 - in chunks of one compiled length (:meth:`Backend.compile_loop`: on JAX one jitted loop, on
-  torch a plain loop around the step), one program per fit: a shorter last chunk runs the same
-  program with fewer steps;
+  torch a plain loop around the step): a shorter last chunk runs the same program with fewer
+  steps, and the program is kept in the backend's program cache under the transition's key
+  (:mod:`~ppl_bdl.inference.loop.programs`), so another fit of the same model reuses it;
 - with the chains grouped once, here: side by side (``vmap``) where the backend vectorises
   them and the method allows it, else one after another; chain c has its own key and its own
   minibatch order, so a chain's draws do not depend on how many chains run beside it;
@@ -34,8 +35,7 @@ from __future__ import annotations
 
 import math
 import sys
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -44,6 +44,7 @@ import numpy as np
 from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.loop.chunked_run import Failure, GroupPart, GroupRun
+from ppl_bdl.inference.loop.programs import programs, same
 from ppl_bdl.inference.loop.spread import chain_padding, check_spread, group_scale
 
 __all__ = ["Batch", "Rates", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
@@ -53,15 +54,13 @@ MAX_CHUNK = 1000
 #: Floats of kept draws one chunk may hold on the device (256 MB in float32).
 MAX_ROW_FLOATS = 64_000_000
 
-#: Compiled runners by transition step (then backend and vectorisation): runs that share a step
-#: function (a step-size pilot and the run it sets up) share one compiled program.
-_RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 class Rates(NamedTuple):
     """Every step's rate: ``scale`` × ``unit(t)`` at step t of the run (``unit`` written with
     :mod:`ppl_bdl.dsl.math`, evaluated in the compiled step; None: the constant 1, no work per
-    step). ``scale`` is a runtime input: changing it compiles nothing.
+    step). ``scale`` is a runtime input: changing it compiles nothing. ``key``: what ``unit``
+    computes (its schedule and settings), so runs whose units are equal share a compiled
+    program (:mod:`ppl_bdl.inference.loop.programs`); None: ``unit`` is its own.
 
     Example
     -------
@@ -71,6 +70,7 @@ class Rates(NamedTuple):
 
     scale: float
     unit: Callable[[Any], Any] | None = None
+    key: Hashable | None = None
 
 
 @dataclass
@@ -178,7 +178,7 @@ def run_chains(
     run = GroupRun(
         backend,
         transition,
-        _runner(backend, transition, vectorised, None if rates is None else rates.unit),
+        _runner(backend, transition, vectorised, rates),
         seed,
         plan,
         data,
@@ -211,13 +211,21 @@ def run_chains(
     return result
 
 
-def _runner(be, transition: Transition, vectorised: bool, unit):
-    runners = _RUNNERS.setdefault(transition.step, {})
-    if (be, vectorised, unit) not in runners:
-        runners[be, vectorised, unit] = be.compile_loop(
-            _loop_step(be, transition, vectorised, unit), transition.emit
-        )
-    return runners[be, vectorised, unit]
+def _runner(be, transition: Transition, vectorised: bool, rates: Rates | None):
+    """The compiled runner of ``transition``'s steps, from the backend's program cache: keyed by
+    the transition's and the rates' keys where they have them (another fit of the same model
+    reuses it), else by the step and unit functions themselves (runs that share them, a
+    step-size pilot and the run it sets up, share it)."""
+    unit = None if rates is None else rates.unit
+    if unit is None:
+        unit_key = None
+    else:
+        unit_key = same(unit) if rates.key is None else rates.key
+    step_key = same(transition.step) if transition.key is None else transition.key
+    return programs(be).get(
+        ("loop", step_key, vectorised, unit_key),
+        lambda: be.compile_loop(_loop_step(be, transition, vectorised, unit), transition.emit),
+    )
 
 
 def _collect(parts: list[GroupPart], final, failure) -> RunResult:

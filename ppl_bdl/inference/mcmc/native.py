@@ -16,6 +16,7 @@ from ppl_bdl.backend_protocol import NativeSettings
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.loop.driver import plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
+from ppl_bdl.inference.loop.programs import programs
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup
 from ppl_bdl.inference.starts import initial_positions
@@ -131,7 +132,7 @@ def run_native_mcmc(
         progress=progress,
         chain_method=chain_method,
     )
-    transition = be.native_transition(lambda flat, data: density.potential(flat, data), settings)
+    transition = _transition(setup, density, settings)
     keep = np.zeros(num_warmup + num_samples * thinning, bool)
     keep[num_warmup + thinning - 1 :: thinning] = True
     positions = initial_positions(setup, init, num_chains, seed)
@@ -161,6 +162,34 @@ def run_native_mcmc(
         )
     stats = _arviz_stats(run.infos, method)
     return build_posterior(setup, run.draws, stats, method, log_likelihood=log_likelihood)
+
+
+def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings):
+    """The backend's NUTS/HMC transition, from its program cache where the model has a key: it
+    depends on the model and the sampler's settings, not on the number of draws, chains or the
+    seed (``num_warmup`` is the adaptation's schedule; ``step_size`` the adaptation's start)."""
+    be = setup.backend
+
+    def build(key=None):
+        potential = density.potential
+        made = be.native_transition(lambda flat, data: potential(flat, data), settings)
+        return made._replace(key=key)
+
+    model = setup.program_key()
+    if model is None:
+        return build()
+    key = (
+        "native",
+        model,
+        settings.method,
+        settings.num_warmup,
+        repr(settings.target_accept),
+        settings.max_tree_depth,
+        settings.num_steps,
+        repr(settings.step_size),
+        settings.dense_mass,
+    )
+    return programs(be).get(key, lambda: build(key))
 
 
 def _arviz_stats(infos: dict, method: str) -> dict:

@@ -19,6 +19,7 @@ that ``num_samples`` draws are kept after ``num_warmup`` steps.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from ppl_bdl.errors import ConfigError, one_of
 from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
 from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.loop.programs import keyed, programs, same, structure_key
 from ppl_bdl.inference.mcmc.control_variates import (
     anchor_period,
     check_control_variate,
@@ -239,13 +241,16 @@ def run_sgmcmc(
     transition, data = sgmcmc_transition(setup, config, plate, num_steps)
     positions = initial_positions(setup, init, num_chains, seed)
     unit = unit_schedule(config, num_steps)
+    unit_key = None if unit is None else schedule_key(config, num_steps)
 
     def batches(chain: int):
         return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
 
     step_size = config.step_size
     if step_size is None:  # from every chain's start, whichever chains this run has
-        step_size = choose_step_size(be, transition, positions, data, batches, unit, seed, name)
+        step_size = choose_step_size(
+            be, transition, positions, data, batches, Rates(1.0, unit, unit_key), seed, name
+        )
     setup.settings["step_size"] = step_size
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
@@ -258,7 +263,7 @@ def run_sgmcmc(
         data,
         batches,
         name,
-        Rates(step_size, unit),
+        Rates(step_size, unit, unit_key),
         progress,
         chain_ids=chains,
     )
@@ -291,6 +296,17 @@ def unit_schedule(config: SGMCMCConfig, num_steps: int):
     )
 
 
+def schedule_key(config: SGMCMCConfig, num_steps: int) -> tuple:
+    """What :func:`unit_schedule` computes: its schedule and settings (a program key)."""
+    return (
+        config.schedule,
+        num_steps,
+        config.num_cycles,
+        repr(config.decay_offset),
+        repr(config.decay_power),
+    )
+
+
 def step_sizes(backend, config: SGMCMCConfig, step_size: float, num_steps: int) -> np.ndarray:
     """α_t for t = 0 .. ``num_steps`` − 1 (NumPy, the fit's precision: what the steps get)."""
     unit = unit_schedule(config, num_steps)
@@ -317,14 +333,64 @@ def sgmcmc_transition(
     kernel on eager torch (where per-block ops cost a dispatch each: 1.48x the hand-written
     SGHMC step at 8-50-1 against 1.03x flat), step the flat vector."""
     be = setup.backend
-    layout = setup.layout
-    blocks = config.entry.blocks and be.fuses_elementwise
-    density = ModelDensity(setup.bound, be, layout, setup.params)
-    plate_name = plate[0] if plate else None
     period = None
     if config.control_variate is not None:  # checked before the model is traced
         period = anchor_period(config.anchor_period, plate, config.batch_size)
         setup.settings["anchor_period"] = period
+    data, _ = setup.bound.data_arrays(be)
+    key = transition_key(setup, config, plate, num_steps, period)
+    if key is None:
+        return _build_transition(setup, config, plate, num_steps, period), data
+    transition = programs(be).get(
+        key, lambda: _build_transition(setup, config, plate, num_steps, period, key)
+    )
+    return transition, data
+
+
+def transition_key(
+    setup: Setup,
+    config: SGMCMCConfig,
+    plate: tuple[str, int] | None,
+    num_steps: int,
+    period: int | None,
+) -> Hashable | None:
+    """What the transition's compiled step depends on: the model (:meth:`Setup.program_key`),
+    the kernel and its settings, the settings the driver supplies that the kernel declares
+    (``num_steps``, ``num_cycles``), the minibatch and the control variate. Not the step size
+    (a runtime input) nor the seed. None: the transition is not cached."""
+    model = setup.program_key()
+    if model is None:
+        return None
+    declared = inspect.signature(config.entry.factory).parameters
+    supplied = {"num_steps": num_steps, "num_cycles": config.num_cycles}
+    return keyed(
+        lambda: (
+            "sgmcmc",
+            model,
+            same(config.entry.factory),
+            structure_key(config.kernel_options),
+            tuple((k, v) for k, v in supplied.items() if k in declared),
+            plate,
+            config.batch_size,
+            period,
+        )
+    )
+
+
+def _build_transition(
+    setup: Setup,
+    config: SGMCMCConfig,
+    plate: tuple[str, int] | None,
+    num_steps: int,
+    period: int | None,
+    key: Hashable | None = None,
+) -> Transition:
+    """The transition of :func:`sgmcmc_transition`, built (its model traced on torch)."""
+    be = setup.backend
+    layout = setup.layout
+    blocks = config.entry.blocks and be.fuses_elementwise
+    density = ModelDensity(setup.bound, be, layout, setup.params)
+    plate_name = plate[0] if plate else None
 
     def value_and_grad(position, batch: Batch):
         indices = None if batch.indices is None else {plate_name: batch.indices}
@@ -356,15 +422,15 @@ def sgmcmc_transition(
         )
 
     if not blocks:
-        return inner, density.data
+        return inner._replace(key=key)
 
-    def init(key, position, data):
-        return inner.init(key, layout.blocks(position, be), data)
+    def init(rng_key, position, data):
+        return inner.init(rng_key, layout.blocks(position, be), data)
 
     def emit(state):
         return layout.join(inner.emit(state), be)
 
-    return Transition(init, inner.step, emit), density.data
+    return Transition(init, inner.step, emit, key)
 
 
 def build_kernel(entry: KernelEntry, options: dict, **supplied):

@@ -70,13 +70,14 @@ def choose_step_size(
     positions: np.ndarray,
     data,
     batches,
-    unit,
+    schedule: Rates,
     seed: int,
     name: str,
 ) -> float:
     """The pilot's step size (see the module docstring) for chains starting at ``positions``
-    (chain, d); ``unit`` is the run's schedule at α_0 = 1 (the pilot's steps take its start;
-    the pilot shares the run's compiled program, α_0 being a runtime input)."""
+    (chain, d); ``schedule`` holds the run's schedule at α_0 = 1 (its ``unit`` and ``key``; the
+    pilot's steps take its start; the pilot shares the run's compiled program, α_0 being a
+    runtime input)."""
     positions = np.atleast_2d(positions)
     plan = RunPlan(np.zeros(PILOT_STEPS, bool), PILOT_STEPS, 0)
     results: dict[int, bool] = {}
@@ -92,7 +93,7 @@ def choose_step_size(
                 data,
                 batches,
                 f"{name} step-size pilot",
-                rates=Rates(GRID[index], unit),
+                rates=schedule._replace(scale=GRID[index]),
                 trace=True,
             )
             results[index] = run.failure is None and not climbs(

@@ -36,6 +36,7 @@ from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.common import Setup, build_posterior
 from ppl_bdl.inference.loop.driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.loop.programs import cached_transition
 from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.vi.chains import check_fits, fit_seed
@@ -58,6 +59,7 @@ from ppl_bdl.inference.vi.objectives import (
     make_loss,
 )
 from ppl_bdl.inference.vi.objectives_amortized import make_amortized_loss
+from ppl_bdl.inference.vi.program_key import vi_transition_key
 from ppl_bdl.trace.layout import ModelDensity
 
 RUN_OPTIONS = {
@@ -294,10 +296,17 @@ class VIRun:
                 initial.update(self.model_params.initial())
             self.param_layout = ParamLayout(shapes)
             self._initial = initial
-            self.transition = (
-                build_natural(self, optimizer, spec, run_opts)
-                if natural
-                else self._transition(be.optimizer(opt_config))
+            self.program_key = vi_transition_key(
+                setup, guide_opts, run_opts, opt_config, natural, seed
+            )
+            self.transition = cached_transition(
+                be,
+                self.program_key,
+                lambda: (
+                    build_natural(self, optimizer, spec, run_opts)
+                    if natural
+                    else self._transition(be.optimizer(opt_config))
+                ),
             )
         self.num_chains = check_fits(num_chains, self.model_params)
         # Fit c > 0 is set up at its own seed; only its start is kept (the step is shared).
@@ -419,7 +428,8 @@ class VIRun:
         else:
             plan = plan_run(np.zeros(num_steps, bool), 1, 0, self.chunk_size, progress)
         scale = self.lr * np.asarray(self.lr_scale)  # one per fit
-        rates = Rates(scale if self.num_chains > 1 else float(scale[0]), self._unit)
+        unit_key = None if self.program_key is None else ("vi lr", self.program_key)
+        rates = Rates(scale if self.num_chains > 1 else float(scale[0]), self._unit, unit_key)
         run = run_chains(
             be,
             self.transition,
