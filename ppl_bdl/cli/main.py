@@ -85,7 +85,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"--out {out} already holds {shown}; pass --force to overwrite them, or choose "
             "another --out."
         )
-    demo.run_demo(out, backends=args.backends, quick=args.quick, seed=args.seed)
+    demo.run_demo(out, backends=args.backends, quick=args.quick, seed=args.seed, full=args.full)
     return 0
 
 
@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="ppl_bdl_demo", help="output folder (default: ./ppl_bdl_demo)")
     p.add_argument("--backends", nargs="+", default=None, help="backends (default: all installed)")
     p.add_argument("--quick", action="store_true", help="very short chains (a smoke test)")
+    p.add_argument(
+        "--full", action="store_true", help="also the BNN by SGHMC and VI (a slower tour)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="overwrite the files of an earlier demo")
     p.set_defaults(func=cmd_demo)
