@@ -75,8 +75,8 @@ from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition
 from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.inference.mcmc.sgmcmc import SGMCMCConfig, sgmcmc_transition
-from ppl_bdl.inference.optim import unit_schedule
 from ppl_bdl.inference.setup import minibatch_plate
+from ppl_bdl.optim import unit_schedule
 
 #: Steps of the short and the long run per size (a few seconds per variant on two cores).
 LENGTHS = {"8-50-1": (1_000, 5_000), "784-100-10": (50, 250), "784-200-200-10": (20, 100)}

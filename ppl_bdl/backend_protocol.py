@@ -15,7 +15,7 @@ The groups:
 - :class:`Distributions`: neutral specs to native distributions, bijections, and the native
   primitives a lowered model calls.
 - :class:`Optimizers`: an :class:`Optimizer` (``init``, ``update``) from an
-  :class:`~ppl_bdl.inference.optim.OptimizerConfig`, built from the backend's own library.
+  :class:`~ppl_bdl.optim.OptimizerConfig`, built from the backend's own library.
 - :class:`NativeSamplers`: the backend's NUTS/HMC, and our SG-MCMC kernels as its native kernels.
 - :class:`Enumeration`: discrete latent sites summed out, and drawn from their conditional.
 - :class:`Devices`: where arrays live (``fit(..., device=...)``).

@@ -32,7 +32,7 @@ def test_every_backend_implements_the_protocol(backend):
     assert isinstance(be, Backend)
     missing = sorted(m for m in _protocol_members() if not hasattr(be, m))
     assert not missing, f"{backend} lacks {missing}"
-    math_missing = [n for n in bdl.math.NAMES if n != "pi" and not hasattr(be.math, n)]
+    math_missing = [n for n in bdl.dsl.math.NAMES if n != "pi" and not hasattr(be.math, n)]
     assert not math_missing, f"{backend}.math lacks {math_missing}"
 
 
@@ -185,7 +185,7 @@ def test_imports_inside_functions_are_few():
     own modules are imported at the top, where the layering can see them."""
     found = _function_level_imports()
     pieces = [
-        f for f in found if f[0].startswith("backends/") and f[2].startswith("ppl_bdl.backends._")
+        f for f in found if f[0].startswith("backends/") and f[2].startswith("ppl_bdl.backends.")
     ]
     other = [f for f in found if f not in pieces]
     assert not other, f"imports of the package's own modules inside functions: {other}"

@@ -16,9 +16,9 @@ from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition, reso
 from ppl_bdl.inference.loop import driver
 from ppl_bdl.inference.loop.chunked_run import chunk_inputs
 from ppl_bdl.inference.loop.minibatch import EpochBatches
-from ppl_bdl.inference.optim import unit_schedule
 from ppl_bdl.inference.setup import minibatch_plate, prepare
 from ppl_bdl.models import bnn, regression
+from ppl_bdl.optim import unit_schedule
 from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 
 

@@ -8,7 +8,7 @@ so a schedule, or an lr cut on a plateau, changes an input, not the compiled pro
 Example
 -------
 >>> import jax.numpy as jnp
->>> from ppl_bdl.inference.optim import OptimizerConfig
+>>> from ppl_bdl.optim import OptimizerConfig
 >>> from ppl_bdl.backends.numpyro.optimizer import build_optimizer
 >>> opt = build_optimizer(OptimizerConfig.build(optimizer="sgd", lr=0.5))
 >>> params = {"x": jnp.asarray(1.0)}
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from ppl_bdl.backend_protocol import Optimizer
-from ppl_bdl.inference.optim import OptimizerConfig
+from ppl_bdl.optim import OptimizerConfig
 
 
 def transformation(config: OptimizerConfig) -> optax.GradientTransformation:

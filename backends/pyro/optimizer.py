@@ -8,7 +8,7 @@ run: no host read per step).
 Example
 -------
 >>> import torch
->>> from ppl_bdl.inference.optim import OptimizerConfig
+>>> from ppl_bdl.optim import OptimizerConfig
 >>> from ppl_bdl.backends.pyro.optimizer import build_optimizer
 >>> opt = build_optimizer(OptimizerConfig.build(optimizer="sgd", lr=0.5))
 >>> params = {"x": torch.tensor(1.0)}
@@ -25,7 +25,7 @@ from functools import cache
 import torch
 
 from ppl_bdl.backend_protocol import Optimizer
-from ppl_bdl.inference.optim import OptimizerConfig
+from ppl_bdl.optim import OptimizerConfig
 
 
 class _State:

@@ -29,6 +29,7 @@ from ppl_bdl.dsl.model_errors import (
     shape_error,
 )
 from ppl_bdl.errors import ModelError
+from ppl_bdl.trace.lowering import lower_model
 
 
 class Model:
@@ -157,8 +158,6 @@ class BoundModel:
         ...                           progress_bar=False)
         >>> mcmc.run(jax.random.PRNGKey(0))
         """
-        from ppl_bdl.trace.lowering import lower_model  # the run layer, entered when asked
-
         return lower_model(self, get_backend(backend, precision=precision))
 
     def __repr__(self) -> str:

@@ -7,7 +7,7 @@ the uniform mixture of the members' predictive distributions. Here a member mini
 model's potential U(θ) = −log p(θ, D) − log|J| in the unconstrained space (the prior is the
 regulariser, the likelihood minibatched and scaled by N/B as in VI: the chapter's Eq. 2.19) with
 the backend's optimizer (:meth:`Backend.optimizer`, Adam by default, the schedules of
-:mod:`ppl_bdl.inference.optim`).
+:mod:`ppl_bdl.optim`).
 
 The members are the chains of the one driver (:func:`~ppl_bdl.inference.loop.driver.run_chains`): a
 :class:`~ppl_bdl.backend_protocol.Transition` whose state is the member's flat position and its
@@ -63,10 +63,10 @@ from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.inference.method import Method, check_params, option
-from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.inference.starts import initial_positions
+from ppl_bdl.optim import OptimizerConfig, unit_schedule
 from ppl_bdl.trace.layout import ModelDensity
 
 #: The options of ``method="ensemble"``.
@@ -100,7 +100,7 @@ class EnsembleConfig:
 
     ``num_members`` M (5), ``num_steps`` optimizer steps per member (2000), ``batch_size`` (None:
     full-batch steps), ``anchored`` (False; True: every latent site; or a tuple of site names),
-    ``optimizer`` (an :class:`~ppl_bdl.inference.optim.OptimizerConfig`: ``optimizer``, ``lr`` (0.01),
+    ``optimizer`` (an :class:`~ppl_bdl.optim.OptimizerConfig`: ``optimizer``, ``lr`` (0.01),
     ``momentum``, ``schedule`` ("constant", "exponential" or "cosine": the steps' rates, a
     :class:`~ppl_bdl.inference.loop.driver.Rates`), ``decay``, ``clip_norm``) and ``chunk_size``.
 

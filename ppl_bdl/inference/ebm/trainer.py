@@ -58,7 +58,7 @@ from ppl_bdl.inference.ebm.loop import run_transition
 from ppl_bdl.inference.ebm.model import EnergyModel
 from ppl_bdl.inference.loop.driver import Rates, Transition
 from ppl_bdl.inference.loop.minibatch import EpochBatches
-from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
+from ppl_bdl.optim import OptimizerConfig, unit_schedule
 
 STARTS = ("noise", "data")
 
@@ -124,7 +124,7 @@ def fit(
         B, data points and chains per update; T, the updates (Algorithm 3, line 1).
     optimizer, lr, lr_schedule, clip_norm : str, float, str, float
         The optimizer of θ ("adam" or "sgd"; the backend's own), its learning rate and its
-        schedule over the T updates ("constant", "exponential", "cosine"; :mod:`ppl_bdl.inference.optim`).
+        schedule over the T updates ("constant", "exponential", "cosine"; :mod:`ppl_bdl.optim`).
     energy_l2 : float
         Weight of the energy-magnitude regulariser (0: Algorithm 3 as written).
     seed : int

@@ -23,12 +23,12 @@ from typing import Any, ClassVar
 
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.method import Method, check_choice, check_int, check_number, option
-from ppl_bdl.inference.optim import OPTIMIZERS, SCHEDULES
 from ppl_bdl.inference.vi import guides
 from ppl_bdl.inference.vi.natural import CURVATURES, NATURAL_OPTIMIZERS
 from ppl_bdl.inference.vi.objectives import GRADIENTS, KL_MODES, OBJECTIVES
 from ppl_bdl.inference.vi.psis import importance_log_weights
 from ppl_bdl.inference.vi.runner import run_vi
+from ppl_bdl.optim import OPTIMIZERS, SCHEDULES
 
 #: The fields that are the guide's own settings (passed to the guide's factory).
 GUIDE_SETTINGS = ("rank", "blocks", "num_layers", "hidden", "layer", "init_scale", "max_dim")

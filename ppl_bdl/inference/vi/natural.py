@@ -92,9 +92,9 @@ import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError, one_of
-from ppl_bdl.inference.optim import OPTIMIZERS
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.vi.sampled_labels import SampledLabels
+from ppl_bdl.optim import OPTIMIZERS
 
 NATURAL_OPTIMIZERS = ("vogn", "vadam")
 CURVATURES = ("ggn", "fisher", "hessian")

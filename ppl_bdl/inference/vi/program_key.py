@@ -35,7 +35,7 @@ def vi_transition_key(
 
     >>> import numpy as np, ppl_bdl as bdl
     >>> from ppl_bdl import dist
-    >>> from ppl_bdl.inference.optim import OptimizerConfig
+    >>> from ppl_bdl.optim import OptimizerConfig
     >>> from ppl_bdl.inference.setup import prepare
     >>> @bdl.model
     ... def m(y):

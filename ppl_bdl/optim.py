@@ -7,7 +7,7 @@ backends' tested implementations.
 
 Example
 -------
->>> from ppl_bdl.inference.optim import OptimizerConfig, learning_rate
+>>> from ppl_bdl.optim import OptimizerConfig, learning_rate
 >>> cfg = OptimizerConfig.build(optimizer="adam", lr=1e-2, schedule="cosine", num_steps=100)
 >>> round(learning_rate(cfg, 50), 4)
 0.005
@@ -111,7 +111,7 @@ def unit_schedule(config: OptimizerConfig):
 
     Example
     -------
-    >>> from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
+    >>> from ppl_bdl.optim import OptimizerConfig, unit_schedule
     >>> unit_schedule(OptimizerConfig.build(schedule="plateau")) is None
     True
     """
