@@ -10,11 +10,20 @@ that device) the compiled loop's inputs
 are placed on a one-axis ``jax.sharding.Mesh`` (:meth:`NumPyroBackend.place`): the chain axis
 split over the devices, or with ``shard="data"`` each step's minibatch indices, everything else
 replicated (:mod:`._jax_shard`).
+
+Two speed-ups for the CPU sit behind one setting, ``cpu_tricks`` (on unless turned off; the
+environment variable ``PPL_BDL_CPU_TRICKS=0`` turns it off for the backends made after it is
+set): the written-out Threefry of :mod:`ppl_bdl.backends.numpyro.random` (a step's key and its
+Gaussian draws, bit for bit ``jax.random``'s) and the CPU loop's segments
+(:mod:`ppl_bdl.backends.numpyro.loop`). Off, the backend calls ``jax.random.fold_in`` and
+``jax.random.normal`` and runs a chunk as a plain ``lax.scan``: the draws are the same, the
+cost is what docs/benchmarks.md measures.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 import jax
@@ -38,13 +47,46 @@ from ppl_bdl.backends.numpyro.random import fold_in, normal
 from ppl_bdl.backends.numpyro.shard import Placement
 from ppl_bdl.errors import BackendError, DataError
 
+#: The environment variable a backend made without ``cpu_tricks=`` reads (see the module
+#: docstring): "0", "false", "off" or "no" turn the CPU tricks off; "1", "true", "on", "yes" or
+#: unset leave them on.
+CPU_TRICKS_ENV = "PPL_BDL_CPU_TRICKS"
+_SWITCH = {"1": True, "true": True, "on": True, "yes": True}
+_SWITCH.update({"0": False, "false": False, "off": False, "no": False})
+
 #: Device kinds a user may name, as JAX's platforms.
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "rocm": "gpu", "tpu": "tpu"}
+
+
+def cpu_tricks_from_env() -> bool:
+    """Whether :data:`CPU_TRICKS_ENV` leaves the CPU tricks on (unset or empty: on).
+
+    >>> cpu_tricks_from_env() in (True, False)
+    True
+    """
+    value = os.environ.get(CPU_TRICKS_ENV, "").strip().lower()
+    if not value:
+        return True
+    if value not in _SWITCH:
+        raise BackendError(
+            f"{CPU_TRICKS_ENV}={os.environ[CPU_TRICKS_ENV]!r} is not a switch; expected 0 or 1 "
+            f"(also false/true, off/on, no/yes). Set it to 0 to turn the NumPyro backend's CPU "
+            "tricks off, or unset it."
+        )
+    return _SWITCH[value]
+
+
+def _jax_normal(key, shape, dtype):
+    return jax.random.normal(key, tuple(shape), dtype)
 
 
 class _Random:
     def __init__(self, backend: NumPyroBackend):
         self._be = backend
+        # The written-out Threefry, or JAX's own functions (the same bits either way).
+        tricks = backend.cpu_tricks
+        self._fold_in = fold_in if tricks else jax.random.fold_in
+        self._normal = normal if tricks else _jax_normal
 
     def key(self, seed: int):
         with self._be.scope():
@@ -58,10 +100,10 @@ class _Random:
         return jax.random.split(key, num)
 
     def fold_in(self, key, step):
-        return fold_in(key, step)
+        return self._fold_in(key, step)
 
     def normal(self, key, shape):
-        return normal(key, shape, self._be.float_dtype)
+        return self._normal(key, shape, self._be.float_dtype)
 
     def uniform(self, key, shape, low=0.0, high=1.0):
         return jax.random.uniform(key, tuple(shape), self._be.float_dtype, low, high)
@@ -110,12 +152,22 @@ class _Native:
 class NumPyroBackend(BackendBase):
     """Run models on NumPyro / JAX.
 
+    Parameters
+    ----------
+    cpu_tricks
+        The CPU speed-ups on (the written-out Threefry, the CPU loop's segments) or off
+        (``jax.random`` and a plain ``lax.scan``; the same draws). None: the environment
+        variable ``PPL_BDL_CPU_TRICKS`` decides, read once here (unset: on).
+
     Example
     -------
     >>> import ppl_bdl as bdl
     >>> be = bdl.backends.get("numpyro")
     >>> be.asarray([1.0, 2.0]).dtype
     dtype('float32')
+    >>> from ppl_bdl.backends.numpyro.backend import NumPyroBackend
+    >>> NumPyroBackend(cpu_tricks=False).cpu_tricks
+    False
     """
 
     name = "numpyro"
@@ -123,7 +175,13 @@ class NumPyroBackend(BackendBase):
     vectorized_chains = True
     fuses_elementwise = True
 
-    def __init__(self, precision: str = "float32", device=None, shard: str = "chains"):
+    def __init__(
+        self,
+        precision: str = "float32",
+        device=None,
+        shard: str = "chains",
+        cpu_tricks: bool | None = None,
+    ):
         if shard not in SHARD_MODES:
             raise BackendError(f"shard must be one of {SHARD_MODES}, got {shard!r}.")
         devices, spread = _resolve_all(device)
@@ -132,6 +190,7 @@ class NumPyroBackend(BackendBase):
         self.device_count, self.shard_mode = len(devices), shard
         #: Where the loop's inputs go over several devices (None: one device, as given).
         self._placement = Placement(devices, shard) if spread else None
+        self.cpu_tricks = cpu_tricks_from_env() if cpu_tricks is None else bool(cpu_tricks)
         self.math = make_math()
         self.random = _Random(self)
         self.native = _Native()
@@ -256,7 +315,8 @@ class NumPyroBackend(BackendBase):
         mesh = None
         if self._placement is not None and self.shard_mode == "chains":
             mesh = self._placement.mesh  # each device runs its own chains: shard_map
-        return compile_loop(step, emit, on_cpu=self._jax_device.platform == "cpu", mesh=mesh)
+        on_cpu = self._jax_device.platform == "cpu"
+        return compile_loop(step, emit, on_cpu, mesh, cpu_segments=self.cpu_tricks)
 
     def optimizer(self, config):
         return build_optimizer(config)

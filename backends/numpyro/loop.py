@@ -22,6 +22,11 @@ last chunk share it. Its shape depends on the device:
   again from its start with the gated loop below, which checks every step's info and new
   state and stops at the first failed step with the state before it (the chunk's arrays are
   never changed in place).
+- **CPU without the segments** (``cpu_segments=False``, the NumPyro backend's
+  ``cpu_tricks=False``): the plain shape, the ungated ``lax.scan`` of known length described
+  under chains over several devices below (each step whole, every info stored), a failed chunk
+  run again gated. The same steps in the same order: the kept draws equal the segments' (see
+  ``tests/test_cpu_tricks.py``).
 - **GPU**: the gated loop: a ``lax.scan`` of known length (a loop whose trip count is data
   makes the host wait for the device every step), each update kept only while no step has
   failed (a select, which fuses into the update's own kernel).
@@ -73,23 +78,28 @@ class _Chunk(NamedTuple):
     failed_at: object
 
 
-def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
+def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None, cpu_segments: bool = True):
     """The runner of ``step`` over chunks (see :meth:`ppl_bdl.backend_protocol.Autodiff.compile_loop`).
 
     ``on_cpu`` picks the loop's shape (default: whether JAX's default device is a CPU);
     ``mesh``: chains split over its devices run each on its own device (``shard_map``) when
-    the state comes split along its leading (chain) axis.
+    the state comes split along its leading (chain) axis; ``cpu_segments``: on the CPU, the
+    segments (True) or the plain ungated scan (False). The runner's ``shape`` says which
+    ungated program it tries first ("segments" or "scan"; one GPU runs the gated scan).
     """
     if on_cpu is None:
         on_cpu = jax.default_backend() == "cpu"
+    segmented = on_cpu and cpu_segments
     # One jitted step: tracing it for the shapes of its infos fills jit's cache, so the loop's
     # body reuses that trace.
     step = jax.jit(step)
-    fast = jax.jit(_segment_run(step, emit), static_argnames=("length", "num_rows", "trace"))
+    statics = ("length", "num_rows", "trace")
+    fast = jax.jit(_segment_run(step, emit), static_argnames=statics)
+    scan = jax.jit(_scan_run(step, emit, _finite), static_argnames=statics)
     gated = jax.jit(_gated_run(step, emit), static_argnames=("num_rows",))
     split = {}
     if mesh is not None:
-        shape = _per_chain_segments(step, emit) if on_cpu else _scan_run(step, emit)
+        shape = _per_chain_segments(step, emit) if segmented else _scan_run(step, emit)
         names = ("length", "num_rows", "specs")
         split = {
             trace: jax.jit(_per_device(shape, mesh, trace), static_argnames=names)
@@ -108,7 +118,7 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
         mask[steps:] = False
         per_device = bool(split) and _split_chains(state)
         if on_cpu or per_device:
-            header = chunk_header(mask, steps, first, num_rows, on_cpu)
+            header = chunk_header(mask, steps, first, num_rows, segmented)
             if per_device:
                 out = split[trace](
                     state,
@@ -120,13 +130,16 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
                     num_rows=num_rows,
                     specs=(_specs(xs), _specs(data)),
                 )
-            else:
+            elif segmented:
                 out = fast(
                     state, xs, data, header, length=len(keep), num_rows=num_rows, trace=trace
                 )
+            else:
+                sizes = dict(length=len(keep), num_rows=num_rows, trace=trace)
+                out = scan(state, xs, data, header, mask, **sizes)
             ok, infos, rows = jax.device_get((out.ok, out.infos, out.rows))  # one read back
             if _all(ok):
-                if not on_cpu and not trace:  # the scan stored every step's infos
+                if not segmented and not trace:  # the scan stored every step's infos
                     infos = {k: np.asarray(v)[mask] for k, v in infos.items()}
                 return _result(out.state, infos, rows, kept, steps if trace else kept)
         out = gated(state, xs, data, np.asarray([steps, first], np.int32), mask, num_rows=num_rows)
@@ -139,7 +152,8 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None):
         result = _result(out.state, infos, rows, kept, end if trace else kept)
         return result._replace(failed_at=failed_at, failed_info=failed)
 
-    runner.fast, runner.gated, runner.split = fast, gated, split
+    runner.fast, runner.scan, runner.gated, runner.split = fast, scan, gated, split
+    runner.shape = "segments" if segmented else "scan"
     return runner
 
 
@@ -260,10 +274,13 @@ def _per_chain_segments(step, emit):
     return run
 
 
-def _scan_run(step, emit):
-    """The GPU shape of chains split over devices: a scan of the chunk's compiled length, the
-    steps ungated (each chain's finite flag carried, read at the end), the steps past the
-    header's count not applied; a chunk with a failed step is run again gated."""
+def _scan_run(step, emit, flag=None):
+    """The GPU shape of chains split over devices, and the CPU's without segments: a scan of
+    the chunk's compiled length, the steps ungated (the finite flag carried, read at the end),
+    the steps past the header's count not applied; a chunk with a failed step is run again
+    gated. ``flag``: the finite flag of a tree (default per chain: :func:`_chain_finite`; one
+    device's: :func:`_finite`)."""
+    flag = flag or _chain_finite
 
     def run(state, xs, data, header, keep, length, num_rows, trace):
         num_steps, first = header[0], header[1]
@@ -274,13 +291,13 @@ def _scan_run(step, emit):
             new, info = step(state, x, data, first + t)
             live = t < num_steps
             state = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, state)
-            ok = ok & (_chain_finite(info) & _chain_finite(new) | ~live)
+            ok = ok & (flag(info) & flag(new) | ~live)
             rows = _write(rows, slot, emit(state))
             slot = slot + (live & kept).astype(slot.dtype)
             return (state, ok, rows, slot, t + 1), info
 
         zero = jnp.asarray(0, jnp.int32)
-        ok = _chain_finite(state)
+        ok = flag(state)
         init = (state, ok, _row_buffers(emit(state), num_rows), zero, zero)
         (state, ok, rows, _, _), infos = lax.scan(body, init, (xs, keep))
         return _Chunk(state, ok, rows, infos, None, None)

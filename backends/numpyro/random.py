@@ -15,6 +15,9 @@ the same rolled loop, five passes over the whole array. :func:`normal`, written 
 way, is one elementwise kernel: per draw of 751 normals (the UCI net) 11.8-14.0 → 6.1 µs, of
 2.4 M (784-1200-1200-10) 30 → 14.5-14.9 ms, bit for bit ``jax.random.normal`` (tested).
 
+The backend calls these while its ``cpu_tricks`` setting is on (the default;
+``PPL_BDL_CPU_TRICKS=0`` turns it off, and the backend calls ``jax.random``'s own).
+
 Example
 -------
 >>> import jax, numpy as np
