@@ -80,7 +80,9 @@ class LoopResult(NamedTuple):
     ``trace=False``, the kept steps' infos only. ``rows``: ``emit(state)`` after each kept
     step before the failure, stacked (NumPy; leading axis kept rows). ``failed_at``: the index
     of the first step whose info or new state was not finite, or -1; ``failed_info``: that step's info (NumPy),
-    else None.
+    else None. ``interrupted``: Ctrl-C (KeyboardInterrupt) stopped the chunk before step
+    ``failed_at``, the rest as after a failed step (a runner that steps in Python returns what
+    it had; a compiled chunk cannot stop part-way, and its KeyboardInterrupt propagates).
     """
 
     state: PyTree
@@ -88,6 +90,7 @@ class LoopResult(NamedTuple):
     rows: PyTree
     failed_at: int = -1
     failed_info: dict | None = None
+    interrupted: bool = False
 
 
 class Optimizer(NamedTuple):
