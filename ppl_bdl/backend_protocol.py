@@ -203,7 +203,9 @@ class Arrays(Protocol):
 
     def bounds_checked(self, fn: Callable) -> Callable:
         """``fn`` (no arguments) run with out-of-bounds indexing raising an ``IndexError`` that
-        says "out of bounds" (used once per fit, to validate a model's data)."""
+        says "out of bounds" (used once per fit, to validate a model's data). Where it is found
+        after ``fn`` ran, the error carries ``source_frames`` (``traceback.FrameSummary``,
+        outermost first: where the read happened), from which the core names the site."""
         ...
 
     def model_value(self, value: Any, strict: bool) -> Any:
