@@ -147,8 +147,7 @@ def run_vi(
     )
     post = None
     try:
-        # The best parameters, as a finished fit's; after a non-finite step, the last ones.
-        last = failure is not None and failure[1] == "nonfinite"
+        last = failure is not None and failure[1] == "nonfinite"  # then the last parameters
         best = [None if last else m.best_params for m in monitors]
         fitted = [run.fitted_guide(b, chain=c) for c, b in enumerate(best)]
         fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best[0]))
@@ -182,8 +181,7 @@ def run_vi(
     if reason == "interrupted":
         raise RunInterrupted(
             f"VI was interrupted at step {step}; the guide at its best smoothed loss so far (else "
-            "the parameters it had reached) is in error.partial (a Posterior, or the fitted "
-            "guide if drawing from it failed).",
+            "where it was) is in error.partial (a Posterior, or the guide if drawing failed).",
             partial=partial,
         )
     last = f"{losses[-1]:.6g}" if losses.size else "none (the first step failed)"
