@@ -83,7 +83,9 @@ class LoopResult(NamedTuple):
     ``trace=False``, the kept steps' infos only. ``rows``: ``emit(state)`` after each kept
     step before the failure, stacked (NumPy; leading axis kept rows). ``failed_at``: the index
     of the first step whose info or new state was not finite, or -1; ``failed_info``: that step's info (NumPy),
-    else None.
+    else None. ``interrupted``: Ctrl-C (KeyboardInterrupt) stopped the chunk before step
+    ``failed_at``, the rest as after a failed step (a runner that steps in Python returns what
+    it had; a compiled chunk cannot stop part-way, and its KeyboardInterrupt propagates).
     """
 
     state: PyTree
@@ -91,6 +93,7 @@ class LoopResult(NamedTuple):
     rows: PyTree
     failed_at: int = -1
     failed_info: dict | None = None
+    interrupted: bool = False
 
 
 class Optimizer(NamedTuple):
@@ -203,7 +206,9 @@ class Arrays(Protocol):
 
     def bounds_checked(self, fn: Callable) -> Callable:
         """``fn`` (no arguments) run with out-of-bounds indexing raising an ``IndexError`` that
-        says "out of bounds" (used once per fit, to validate a model's data)."""
+        says "out of bounds" (used once per fit, to validate a model's data). Where it is found
+        after ``fn`` ran, the error carries ``source_frames`` (``traceback.FrameSummary``,
+        outermost first: where the read happened), from which the core names the site."""
         ...
 
     def model_value(self, value: Any, strict: bool) -> Any:

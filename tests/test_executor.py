@@ -18,6 +18,7 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
+from ppl_bdl.errors import RunInterrupted
 from ppl_bdl.posterior.chains import detach, merge_chains
 from ppl_bdl.run import process_executor, ray_executor
 from ppl_bdl.run.executor import ChainJob, ExecutorError, GroupResult, run_job, split_chains
@@ -156,8 +157,8 @@ def test_ctrl_c_in_process_stops_at_the_group_it_interrupts(backend, monkeypatch
         _fit(backend, chunk_size=25, executor=bdl.InProcessExecutor(chains_per_task=2))
     monkeypatch.undo()
     error = info.value
-    assert error.interrupted and error.finished == [0, 1]
-    assert [(f.chains, f.reason) for f in error.failed] == [([2, 3], "cancelled")]
+    assert error.interrupted and error.finished == [0, 1] and isinstance(error, RunInterrupted)
+    assert [(f.chains, f.reason) for f in error.failed] == [([2, 3], "interrupted")]
     np.testing.assert_array_equal(error.partial.samples["w"], _fit(backend).samples["w"][:2])
 
 
@@ -210,11 +211,19 @@ def _draws(group: list[int]) -> bdl.Posterior:
 
 def _faulty(bound, group, options):
     """A worker's run (in its own process): the group holding chain 2 dies (SIGKILL) once
-    (``FAULT=once``: the marker ``FAULT_MARKER`` says it did), always (``always``), or waits
-    to be stopped (``stall``); every other group's draws come back."""
+    (``FAULT=once``: the marker ``FAULT_MARKER`` says it did), always (``always``), waits to
+    be interrupted (``stall``: Ctrl-C ends it without draws; ``keep``: it keeps 15 draws, as a
+    fit does); every other group's draws come back."""
     mode, marker = os.environ["FAULT"], Path(os.environ["FAULT_MARKER"])
     if 2 in group and mode == "stall":
-        time.sleep(300)  # the caller stops this process long before
+        time.sleep(300)  # the caller interrupts this process long before
+    if 2 in group and mode == "keep":
+        try:
+            time.sleep(300)
+        except KeyboardInterrupt:
+            kept = _draws(group)
+            kept.samples["x"] = kept.samples["x"][:, :15]
+            raise RunInterrupted("interrupted", partial=kept) from None
     if 2 in group and (mode == "always" or not marker.exists()):
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -265,9 +274,9 @@ def test_a_worker_that_still_dies_is_named_with_the_chains_that_finished(monkeyp
     np.testing.assert_array_equal(error.partial.samples["x"], _draws([0, 1]).samples["x"])
 
 
-def test_ctrl_c_stops_the_workers_and_keeps_the_groups_finished(monkeypatch, tmp_path):
-    """Ctrl-C once the first group came back (the second stalls): the second worker is stopped
-    and named as cancelled, the first group's chains are in error.partial."""
+def _ctrl_c_once_the_first_group_is_back(monkeypatch, tmp_path, mode: str):
+    """Run the workers in ``mode`` with Ctrl-C in the parent's wait once the first group's
+    result is there; the error and the workers."""
     real_sleep, workers, pressed = time.sleep, [], []
     start = process_executor._Worker.start
 
@@ -283,14 +292,33 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_groups_finished(monkeypatch, tmp
 
     monkeypatch.setattr(process_executor._Worker, "start", started)
     monkeypatch.setattr(process_executor.time, "sleep", sleep)
-    with pytest.raises(ExecutorError, match="interrupted") as info:
-        _workers(monkeypatch, tmp_path, "stall")
+    with pytest.raises(RunInterrupted, match="interrupted") as info:
+        _workers(monkeypatch, tmp_path, mode)
     monkeypatch.undo()
-    error = info.value
-    assert error.interrupted and error.finished == [0, 1]
-    assert [(f.chains, f.reason) for f in error.failed] == [([2, 3], "cancelled")]
-    assert workers[1].process.returncode is not None  # stopped, not left running
+    assert workers[1].process.returncode is not None  # ended, not left running
+    return info.value
+
+
+def test_ctrl_c_interrupts_the_workers_and_keeps_the_groups_finished(monkeypatch, tmp_path):
+    """Ctrl-C once the first group came back (the second waits): the second worker is
+    interrupted and named, the first group's chains are in error.partial."""
+    error = _ctrl_c_once_the_first_group_is_back(monkeypatch, tmp_path, "stall")
+    assert isinstance(error, ExecutorError) and error.interrupted and error.finished == [0, 1]
+    assert [(f.chains, f.reason) for f in error.failed] == [([2, 3], "interrupted")]
     np.testing.assert_array_equal(error.partial.samples["x"], _draws([0, 1]).samples["x"])
+
+
+def test_ctrl_c_in_a_worker_sends_back_the_draws_it_kept(monkeypatch, tmp_path):
+    """The interrupted worker keeps 15 of its 20 draws (as a fit does) and sends them back:
+    they are its group's partial, and error.partial holds all four chains cut to 15 draws
+    (60 draws, more than the 40 of the finished group alone), as the run in one process."""
+    error = _ctrl_c_once_the_first_group_is_back(monkeypatch, tmp_path, "keep")
+    (stopped,) = error.failed
+    assert stopped.reason == "interrupted" and stopped.partial.num_draws == 15
+    assert error.finished == [0, 1] and error.kept == [0, 1, 2, 3]
+    np.testing.assert_array_equal(
+        error.partial.samples["x"], _draws([0, 1, 2, 3]).samples["x"][:, :15]
+    )
 
 
 def test_device_executor_settings_are_checked():

@@ -1,5 +1,9 @@
-"""A long run interrupted (Ctrl-C) keeps what it had: the error carries the partial result, for
-SG-MCMC, VI and NUTS on every backend."""
+"""A long run interrupted (Ctrl-C) keeps what it had: the error (a RunInterrupted) carries the
+partial result, for NUTS, HMC, SG-MCMC, VI, CAVI and ensembles, wherever the Ctrl-C lands (in a
+compiled chunk, inside a chunk where the backend steps in Python, as a chain starts, in the
+step-size pilot), and through every executor (the worker processes' and Ray's in
+tests/test_executor.py and tests/test_ray_executor.py). Ctrl-C is simulated: a KeyboardInterrupt
+raised by a wrapped step, chunk or sweep after a fixed count (no timing)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
+from ppl_bdl.errors import RunInterrupted
+from ppl_bdl.run.executor import ExecutorInterrupted
 
 
 @bdl.model
@@ -43,7 +49,7 @@ Y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
 
 def test_sgmcmc_interrupted_keeps_draws(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
-    with pytest.raises(bdl.InferenceError, match="interrupted at step 40") as info:
+    with pytest.raises(RunInterrupted, match="interrupted at step 40") as info:
         bdl.fit(
             mean_model(Y),
             backend=backend,
@@ -60,7 +66,7 @@ def test_sgmcmc_interrupted_keeps_draws(backend, monkeypatch):
 
 def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
-    with pytest.raises(bdl.InferenceError, match="interrupted at step 200") as info:
+    with pytest.raises(RunInterrupted, match="interrupted at step 200") as info:
         bdl.fit(
             mean_model(Y),
             backend=backend,
@@ -78,7 +84,7 @@ def test_vi_interrupted_keeps_parameters(backend, monkeypatch):
 
 def test_vi_interrupted_in_its_first_chunk_keeps_the_initial_parameters(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend, chunk=1)
-    with pytest.raises(bdl.InferenceError, match="interrupted at step 0") as info:
+    with pytest.raises(RunInterrupted, match="interrupted at step 0") as info:
         bdl.fit(
             mean_model(Y),
             backend=backend,
@@ -96,7 +102,7 @@ def test_vi_interrupted_in_its_first_chunk_keeps_the_initial_parameters(backend,
 
 def test_nuts_interrupted_keeps_draws(backend, monkeypatch):
     _interrupt_second_chunk(monkeypatch, backend)
-    with pytest.raises(bdl.InferenceError, match="NUTS was interrupted at step 60") as info:
+    with pytest.raises(RunInterrupted, match="NUTS was interrupted at step 60") as info:
         bdl.fit(
             mean_model(Y),
             backend=backend,
@@ -111,3 +117,169 @@ def test_nuts_interrupted_keeps_draws(backend, monkeypatch):
     assert partial.samples["mu"].shape == (1, 30)  # draws 30..59 of the first chunk
     assert partial.sample_stats["diverging"].shape == (1, 30)
     assert abs(partial.samples["mu"].mean() - Y.mean()) < 0.5
+
+
+def _interrupt_step(monkeypatch, backend_name, at: int, where: str = "step"):
+    """Make the backend's NUTS/HMC transitions raise KeyboardInterrupt at their ``at``-th
+    ``step`` (counted over every chain; on Pyro's loop, which steps in Python, inside a chunk)
+    or ``init`` (a chain starting)."""
+    be = bdl.backends.get(backend_name)
+    original, calls = type(be).native_transition, {"n": 0}
+
+    def native_transition(self, potential, settings):
+        transition = original(self, potential, settings)
+
+        def counted(*args):
+            calls["n"] += 1
+            if calls["n"] == at:
+                raise KeyboardInterrupt
+            return getattr(transition, where)(*args)
+
+        return transition._replace(**{where: counted})
+
+    monkeypatch.setattr(type(be), "native_transition", native_transition)
+
+
+def _interrupt_chunks(monkeypatch, backend_name, at: int):
+    """Ctrl-C in the ``at``-th chunk of every compiled loop together (the fits of an executor's
+    groups count on)."""
+    be = bdl.backends.get(backend_name)
+    original, calls = type(be).compile_loop, {"n": 0}
+
+    def compile_loop(self, step, emit):
+        runner = original(self, step, emit)
+
+        def counted(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == at:
+                raise KeyboardInterrupt
+            return runner(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(type(be), "compile_loop", compile_loop)
+
+
+NUTS = dict(num_warmup=50, num_samples=100, num_chains=1, progress=False)
+
+
+@pytest.mark.parametrize("method", ["nuts", "hmc"])
+def test_ctrl_c_inside_a_chunk_keeps_the_steps_before_it(monkeypatch, method):
+    """Pyro's loop steps in Python: Ctrl-C at step 119 of the run's one chunk (steps 0-149)
+    keeps the 69 draws of steps 50-118 (a chunk used to be lost whole: all 100 draws here)."""
+    _interrupt_step(monkeypatch, "pyro", at=120)
+    with pytest.raises(RunInterrupted, match=f"{method.upper()} was interrupted at step 119"):
+        try:
+            bdl.fit(mean_model(Y), backend="pyro", method=method, **NUTS)
+        except RunInterrupted as err:
+            assert err.partial.samples["mu"].shape == (1, 69)
+            assert err.partial.sample_stats["diverging"].shape == (1, 69)
+            raise
+
+
+def test_ctrl_c_as_a_chain_starts_keeps_the_chains_before(monkeypatch):
+    """Chains one after another: Ctrl-C while the second chain starts keeps the first whole."""
+    _interrupt_step(monkeypatch, "pyro", at=2, where="init")
+    with pytest.raises(RunInterrupted, match="interrupted at step 0 of chain 1") as info:
+        bdl.fit(mean_model(Y), backend="pyro", method="nuts", **dict(NUTS, num_chains=2))
+    assert info.value.partial.samples["mu"].shape == (1, 100)
+
+
+def test_ctrl_c_in_the_step_size_pilot_is_not_swallowed(monkeypatch):
+    """step_size='auto' runs pilots first: Ctrl-C there stops the fit (it used to count as an
+    unstable pilot, and the fit went on)."""
+    _interrupt_chunks(monkeypatch, "pyro", at=1)
+    with pytest.raises(RunInterrupted, match="step-size pilot") as info:
+        bdl.fit(mean_model(Y), backend="pyro", method="sgld", step_size="auto", **NUTS)
+    assert info.value.partial is None
+
+
+@bdl.model
+def normal_gamma(y):
+    prec = bdl.sample("prec", dist.Gamma(2.0, 2.0))
+    mu = bdl.sample("mu", dist.Normal(0.0, 10.0))
+    with bdl.plate("data", y.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(mu, 1.0 / bdl.math.sqrt(prec)), obs=y[idx])
+
+
+def test_cavi_interrupted_keeps_its_factors(monkeypatch):
+    """Ctrl-C at CAVI's third sweep: the factors after the second, drawn from, in partial."""
+    be = bdl.backends.get("numpyro", "float64")
+    original, calls = type(be).jit, {"n": 0}
+
+    def jit(self, fn, *args, **kwargs):
+        compiled = original(self, fn, *args, **kwargs)
+        if getattr(fn, "__name__", "") != "sweep":
+            return compiled
+
+        def counted(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise KeyboardInterrupt
+            return compiled(*a, **k)
+
+        return counted
+
+    monkeypatch.setattr(type(be), "jit", jit)
+    with pytest.raises(RunInterrupted, match="CAVI was interrupted at sweep 2") as info:
+        bdl.fit(
+            normal_gamma(Y),
+            backend="numpyro",
+            method="cavi",
+            num_samples=10,
+            precision="float64",
+            progress=False,
+        )
+    partial = info.value.partial
+    assert partial.losses.shape == (2,) and partial.samples["mu"].shape == (1, 10)
+
+
+ENSEMBLE = dict(method="ensemble", num_members=3, num_steps=40, lr=0.05, chunk_size=20)
+
+
+def test_ensemble_interrupted_keeps_the_members_done():
+    """Members one after another (Pyro): Ctrl-C in the second member's first chunk keeps the
+    first member as fitted, and the second at its start."""
+    whole = bdl.fit(mean_model(Y), backend="pyro", progress=False, **ENSEMBLE)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _interrupt_chunks(monkeypatch, "pyro", at=3)
+        with pytest.raises(RunInterrupted, match="ensemble was interrupted") as info:
+            bdl.fit(mean_model(Y), backend="pyro", progress=False, **ENSEMBLE)
+    partial = info.value.partial
+    assert partial.settings["members"] == [0, 1]
+    np.testing.assert_array_equal(partial.samples["mu"][0], whole.samples["mu"][0])
+
+
+SGLD = dict(method="sgld", step_size=1e-3, num_warmup=0, num_samples=60, chunk_size=50)
+
+
+def _partial(monkeypatch, at: int, **kw):
+    with monkeypatch.context() as patch:
+        _interrupt_chunks(patch, "pyro", at)
+        with pytest.raises(RunInterrupted) as info:
+            bdl.fit(mean_model(Y), backend="pyro", progress=False, **kw)
+    return info.value
+
+
+def test_an_executor_keeps_what_the_run_in_one_process_keeps(monkeypatch):
+    """Three chains one after another, Ctrl-C in the third chain's second chunk (it has 50 of
+    its 60 draws): in one process and through InProcessExecutor (one chain per group) the
+    partial is the same, the three chains cut to 50 draws (150 draws, more than the two
+    finished chains' 120); the executor's error is an ExecutorInterrupted naming them."""
+    here = _partial(monkeypatch, 6, num_chains=3, **SGLD)
+    grouped = _partial(
+        monkeypatch, 6, num_chains=3, executor=bdl.InProcessExecutor(chains_per_task=1), **SGLD
+    )
+    assert isinstance(grouped, ExecutorInterrupted)
+    assert grouped.finished == [0, 1] and grouped.kept == [0, 1, 2]
+    assert [(f.chains, f.reason) for f in grouped.failed] == [([2], "interrupted")]
+    assert here.partial.samples["mu"].shape == (3, 50)
+    np.testing.assert_array_equal(grouped.partial.samples["mu"], here.partial.samples["mu"])
+
+
+def test_one_chain_through_an_executor_keeps_its_draws(monkeypatch):
+    """One chain, one group, interrupted part-way: its draws so far are error.partial (they
+    were dropped: no group had finished)."""
+    executor = bdl.InProcessExecutor()
+    error = _partial(monkeypatch, 2, num_chains=1, executor=executor, **SGLD)
+    assert error.finished == [] and error.partial.samples["mu"].shape == (1, 50)

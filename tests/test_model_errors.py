@@ -160,3 +160,26 @@ def test_which_errors_are_shape_errors(error, wrapped):
     from ppl_bdl.dsl.model_errors import is_shape_error
 
     assert is_shape_error(error) is wrapped
+
+
+@bdl.model
+def short_data(y):
+    mu = bdl.sample("mu", dist.Normal(0.0, 10.0))
+    with bdl.plate("data", 100) as idx:
+        bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])  # short
+
+
+def test_data_shorter_than_its_plate_names_the_site_shapes_and_fix(backend):
+    """80 observations under a plate of 100: the same error on both backends (JAX clamps the
+    read and its bounds are checked after the run; torch raises as it reads), naming the site
+    and its line, the data's shape seen, the plate's size expected, and what to do."""
+    with pytest.raises(bdl.DataError) as info:
+        bdl.fit(short_data(np.zeros(80)), backend=backend, method="vi", num_steps=5)
+    message = str(info.value)
+    assert message.startswith("model 'short_data': reads data past its end in the arguments of")
+    assert f"site 'y', at {HERE}:{_line_of('short')}" in message
+    assert "the data 'y' (shape (80,))" in message
+    assert (
+        "plate 'data' (size 100): it has 80 entries on that axis, the plate expects 100" in message
+    )
+    assert "Bind data with 100 entries on axis 0, or give the plate the data's size" in message

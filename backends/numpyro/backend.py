@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import traceback
 from typing import Any
 
 import jax
@@ -260,9 +261,9 @@ class NumPyroBackend(BackendBase):
         def run():
             with self.scope():
                 error, out = checkify.checkify(fn, errors=checkify.index_checks)()
-            message = error.get()
-            if message is not None:
-                raise IndexError(message)
+            found = error.get_exception()
+            if found is not None:
+                raise _index_error(found)
             return out
 
         return run
@@ -452,3 +453,14 @@ def _resolve(device: str | None):
             f"({[_device_name(d) for d in devices]})."
         )
     return devices[index or 0]
+
+
+def _index_error(found: Exception) -> IndexError:
+    """checkify's out-of-bounds error as an IndexError, with the frames where the model read
+    (``source_frames``, outermost first: the core names the site from them)."""
+    err = IndexError(str(found))
+    frames = getattr(getattr(found, "traceback_info", None), "frames", [])
+    err.source_frames = [
+        traceback.FrameSummary(f.file_name, f.line_num, f.function_name) for f in frames[::-1]
+    ]
+    return err

@@ -39,25 +39,47 @@ def compile_loop(step, emit):
         state, xs, data, keep, steps: int, first: int, num_rows: int, trace: bool = True
     ) -> LoopResult:
         keep = np.asarray(keep, bool)
-        infos, rows = [], []
-        failed_at, failed = -1, None
+        failed_at, failed, interrupted = -1, None, False
+        # The steps done, as linked pairs (previous, item): one assignment records a step, so
+        # a Ctrl-C leaves the state, the infos and the rows of the same steps.
+        done = (state, None, None)
         with torch.no_grad():
             for i in range(steps):
-                new, info = step(state, index_tree(xs, i), data, first + i)
-                values = _host(info)
-                if not (_finite(values) and _state_finite(new)):
-                    failed_at, failed = i, values
+                try:
+                    new, info = step(done[0], index_tree(xs, i), data, first + i)
+                    values = _host(info)
+                    if not (_finite(values) and _state_finite(new)):
+                        failed_at, failed = i, values
+                        break
+                    row = tree_map(lambda a: a.detach().clone(), emit(new)) if keep[i] else None
+                    done = _record(done, new, values if trace or keep[i] else None, row)
+                except KeyboardInterrupt:  # Ctrl-C: the steps before this one are kept
+                    failed_at, interrupted = i, True
                     break
-                state = new
-                if trace or keep[i]:
-                    infos.append(values)
-                if keep[i]:
-                    rows.append(tree_map(lambda a: a.detach().clone(), emit(state)))
+        state, infos, rows = done[0], _items(done[1]), _items(done[2])
         if len(rows) > num_rows:
             raise ValueError(f"{len(rows)} kept steps in a chunk with room for {num_rows} rows")
-        return LoopResult(state, _stack(infos), _stack_rows(rows), failed_at, failed)
+        result = LoopResult(state, _stack(infos), _stack_rows(rows), failed_at, failed)
+        return result._replace(interrupted=interrupted)
 
     return runner
+
+
+def _record(done: tuple, state, values: dict | None, row) -> tuple:
+    """``done`` (state, infos, rows) after one more step: its new state, its info and its row
+    (None: not kept) linked on."""
+    infos = done[1] if values is None else (done[1], values)
+    rows = done[2] if row is None else (done[2], row)
+    return state, infos, rows
+
+
+def _items(linked) -> list:
+    """The items of linked pairs ``(previous, item)``, first to last."""
+    items = []
+    while linked is not None:
+        linked, item = linked
+        items.append(item)
+    return items[::-1]
 
 
 def _host(info: dict) -> dict:

@@ -36,12 +36,15 @@ ppl_bdl.errors.ModelError: model 'reg': a shape error in the arguments of site '
 from __future__ import annotations
 
 import ast
+import inspect
 import linecache
 import re
 import traceback
 from typing import Any
 
-from ppl_bdl.errors import ModelError, PPLError
+import numpy as np
+
+from ppl_bdl.errors import DataError, ModelError, PPLError
 
 #: Words of the array libraries' shape errors (matmul, broadcasting, reshape, indexing).
 _SHAPE_WORDS = re.compile(
@@ -83,7 +86,8 @@ def shape_error(model: Any, runtime: Any, err: BaseException) -> ModelError:
 def _located(model: Any, runtime: Any, err: BaseException, what: str) -> str:
     """``model 'm': <what> <where>, at <file>:<line>:\n    <source line>``."""
     frame = _model_frame(err, getattr(getattr(model, "fn", None), "__code__", None))
-    entered, done = runtime.current_site, runtime.last_site
+    entered = getattr(runtime, "current_site", None)
+    done = getattr(runtime, "last_site", None)
     site = None
     if entered is not None and entered != done:
         where = f"while computing site {entered!r} (its value or log density)"
@@ -101,6 +105,66 @@ def _located(model: Any, runtime: Any, err: BaseException, what: str) -> str:
         if frame.line:
             text += f":\n    {frame.line.strip()}"
     return text
+
+
+# -- data read past its end -------------------------------------------------------------------------
+#: What the array libraries say of an index out of bounds: the axis and its size (torch:
+#: "index 80 is out of bounds for dimension 0 with size 80"; JAX's checked indexing: "... of
+#: shape (80,): index 80 is out of bounds for axis 0 with size 80").
+_OUT_OF_BOUNDS = re.compile(
+    r"index (-?\d+) is out of bounds for (?:axis|dimension) (\d+) with size (\d+)"
+)
+
+
+def read_past_the_end(bound: Any, runtime: Any, err: BaseException, plates: dict) -> DataError:
+    """The DataError for data shorter than the plate whose indices read it: the site (and the
+    model's line), the data's shape seen, the plate's size expected, and what to do.
+
+    ``err`` is the array library's out-of-bounds error (or a ModelError caused by it);
+    ``runtime`` the run it happened in (None: a run after which the site is found from the
+    frames the backend attached, ``err.source_frames``); ``plates`` the plates entered, name ->
+    size."""
+    cause = err.__cause__ if isinstance(err, ModelError) and err.__cause__ is not None else err
+    text = str(cause).strip().split("\n--------------------")[0]
+    found = _OUT_OF_BOUNDS.search(text)
+    where = _located(bound.model, runtime, cause, "reads data past its end")
+    if found is None:  # an unknown wording: the library's own, with the plates
+        listed = ", ".join(f"{n!r} (size {k})" for n, k in plates.items())
+        return DataError(
+            f"{where}\n{text} An array indexed with a plate's indices needs the plate's size on "
+            f"that axis (plates: {listed}). Bind data of the plate's size, or give the plate "
+            "the data's size."
+        )
+    index, axis, size = (int(g) for g in found.groups())
+    longer = {n: k for n, k in plates.items() if k > size} or plates
+    plate = " or ".join(f"{n!r} (size {k})" for n, k in longer.items())
+    expected = " or ".join(str(k) for k in longer.values())
+    data = _data_named(bound, axis, size)
+    name = next(iter(longer)) if len(longer) == 1 else "..."
+    return DataError(
+        f"{where}\n{data} is indexed on axis {axis} with the indices of plate {plate}: "
+        f"it has {size} entries on that axis, the plate expects {expected} (index {index} is "
+        f"past its end). Bind data with {expected} entries on axis {axis}, or give the plate "
+        f"the data's size (bdl.plate({name!r}, {size}), or the data's .shape[{axis}])."
+    )
+
+
+def _data_named(bound: Any, axis: int, size: int) -> str:
+    """The bound argument that has ``size`` entries on ``axis`` (named, with its shape), where
+    one alone has; else "an array of the model"."""
+    try:
+        bound_args = inspect.signature(bound.model.fn).bind(*bound.args, **bound.kwargs)
+    except (TypeError, ValueError):
+        return "an array of the model"
+    matches = [
+        (name, np.shape(value))
+        for name, value in bound_args.arguments.items()
+        if isinstance(value, np.ndarray) and value.ndim > axis and value.shape[axis] == size
+    ]
+    if len(matches) != 1:
+        return f"an array of the model with {size} entries on axis {axis}"
+    name, shape = matches[0]
+    return f"the data {name!r} (shape {shape}), or an array made from it,"
 
 
 # -- a model value used as a Python value ----------------------------------------------------------
@@ -154,7 +218,9 @@ def _model_frame(err: BaseException, code: Any) -> traceback.FrameSummary | None
     """The innermost frame of the traceback in the model function's source file."""
     if code is None:
         return None
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == code.co_filename]
+    # A backend that finds the error after the run (JAX's checked indexing) gives its frames.
+    frames = list(traceback.extract_tb(err.__traceback__)) + list(getattr(err, "source_frames", []))
+    frames = [f for f in frames if f.filename == code.co_filename]
     return frames[-1] if frames else None
 
 

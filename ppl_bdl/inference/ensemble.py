@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
-from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
 from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.inference.method import Method, check_params, option
@@ -409,7 +409,7 @@ def _raise_failure(setup: Setup, run: RunResult, transition, members, log_likeli
         )
     )
     if failure.reason == "interrupted":
-        raise InferenceError(
+        raise RunInterrupted(
             f"the ensemble was interrupted at step {failure.step}.{held}", partial=partial
         )
     raise InferenceError(

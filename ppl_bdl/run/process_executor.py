@@ -24,8 +24,11 @@ processes share its cores: each runs ``cores // (CPU processes)`` threads (at le
 Faults are handled as :class:`~ppl_bdl.run.ray_executor.RayExecutor` handles them: a worker that
 dies (killed, out of memory) is started again from its seed up to ``max_retries`` times; a group
 that still fails, or whose fit fails, is named in an :class:`~ppl_bdl.run.executor.ExecutorError`
-carrying the chains that finished (``error.partial``); Ctrl-C stops the workers (they ignore
-the terminal's SIGINT: this process ends them) and raises the same error with what finished.
+carrying what the run kept (``error.partial``). Ctrl-C interrupts the workers (each takes one
+SIGINT, from the terminal or passed on by this process, keeps the draws it made so far and
+sends them back), stops one that has not sent them within
+:data:`~ppl_bdl.run.executor.INTERRUPT_GRACE_SECONDS` (or at a second Ctrl-C), and raises
+:class:`~ppl_bdl.run.executor.ExecutorInterrupted` with what the run kept.
 
 Example
 -------
@@ -53,7 +56,15 @@ from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.model import Model
 from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.loop.driver import progress_bar
-from ppl_bdl.run.executor import ChainJob, GroupResult, portable_options, run_detached, split_chains
+from ppl_bdl.run.executor import (
+    INTERRUPT_GRACE_SECONDS,
+    ChainJob,
+    GroupResult,
+    portable_options,
+    run_detached,
+    say_waiting,
+    split_chains,
+)
 
 #: Seconds between checks for finished workers (Ctrl-C is seen between them).
 POLL_SECONDS = 0.1
@@ -142,26 +153,34 @@ class DeviceExecutor:
                     if bar is not None:
                         bar.update(len(worker.group))
                 time.sleep(POLL_SECONDS)
-        except KeyboardInterrupt as err:
-            for worker in workers:
-                if worker.index in results:
-                    continue
-                if worker.out.exists():  # written whole (a rename): it finished meanwhile
-                    results[worker.index] = worker.result(0)
-                    continue
-                worker.stop()
-                results[worker.index] = GroupResult(
-                    worker.group,
-                    reason="cancelled",
-                    error=err,
-                    message="interrupted (Ctrl-C); its worker process was stopped",
-                )
+        except KeyboardInterrupt:
+            self._interrupt([w for w in workers if w.index not in results], results)
         finally:
             for worker in workers:
                 worker.stop()
             if bar is not None:
                 bar.close()
         return [results[w.index] for w in workers]
+
+    def _interrupt(self, running: list[_Worker], results: dict[int, GroupResult]) -> None:
+        """Ctrl-C: each running worker is interrupted (a SIGINT: it keeps its draws so far and
+        sends them back); one that has not within :data:`INTERRUPT_GRACE_SECONDS` (or at a
+        second Ctrl-C) is stopped."""
+        for worker in running:
+            worker.interrupt()
+        say_waiting(len(running), "worker processes")
+        end = time.monotonic() + INTERRUPT_GRACE_SECONDS
+        try:
+            while running and time.monotonic() < end:
+                for worker in [w for w in running if w.process.poll() is not None]:
+                    running.remove(worker)
+                    results[worker.index] = worker.result(0, stopped=True)
+                time.sleep(POLL_SECONDS)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop them now
+            pass
+        for worker in running:
+            worker.stop()
+            results[worker.index] = worker.result(0, stopped=True)
 
 
 class _Worker:
@@ -190,10 +209,17 @@ class _Worker:
         with open(self.log, "wb") as err:
             self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=err)
 
-    def result(self, retries: int) -> GroupResult | None:
-        """The finished worker's result; None when it died and was started again."""
+    def result(self, retries: int, stopped: bool = False) -> GroupResult | None:
+        """The finished worker's result; None when it died and was started again. ``stopped``:
+        this process stopped it (Ctrl-C), so without a result its group was cancelled."""
         if self.out.exists():
             return pickle.loads(self.out.read_bytes())
+        if stopped:
+            return GroupResult(
+                self.group,
+                reason="cancelled",
+                message="interrupted (Ctrl-C); its worker process was stopped",
+            )
         if self.tries <= retries:
             self.start()
             return None
@@ -209,6 +235,11 @@ class _Worker:
                 f"{self.tries - 1} retr{'y' if self.tries == 2 else 'ies'}{said}"
             ),
         )
+
+    def interrupt(self) -> None:
+        """Ctrl-C in the worker (it takes the first SIGINT only: one from the terminal too)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -257,7 +288,7 @@ def _named(module: str, name: str, importing: bool = True):
 
 def main(argv: list[str]) -> None:
     """A worker process: ``job.pkl out.pkl device threads chain...``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops its workers on Ctrl-C
+    signal.signal(signal.SIGINT, _interrupt_once)
     folder, out, device, threads, *chains = argv
     sys.path[:] = pickle.loads((Path(folder) / "path.pkl").read_bytes())
     try:
@@ -277,6 +308,14 @@ def main(argv: list[str]) -> None:
         )
     Path(out + ".part").write_bytes(pickle.dumps(result))
     os.replace(out + ".part", out)  # whole, or not there
+
+
+def _interrupt_once(signum, frame) -> None:
+    """A worker's Ctrl-C: a KeyboardInterrupt the first time (the fit keeps its draws so far
+    and the worker sends them back), ignored after (Ctrl-C at the terminal reaches the worker
+    and its caller, which passes it on)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def _picklable(err: BaseException) -> BaseException:

@@ -12,25 +12,32 @@ process gives with the same seed.
 Faults: a task whose worker process dies (killed, out of memory, its node lost) is run again by
 Ray from the start, up to ``max_retries`` times; since a chain's draws depend only on the seed
 and its number, the retried draws are those an unfailed run gives. A task that still fails, or
-whose fit fails (a non-finite step), comes back as a failed group; Ctrl-C cancels the tasks not
-finished (``ray.cancel``). Either way the fit raises :class:`~ppl_bdl.run.executor.ExecutorError`
-naming the groups that did not finish, with the chains that did in ``error.partial``.
+whose fit fails (a non-finite step), comes back as a failed group. Ctrl-C interrupts the
+running tasks (``ray.cancel(force=False)`` raises KeyboardInterrupt in each, which keeps its
+draws so far and sends them back) and cancels those not started; a task that has not come back
+within :data:`~ppl_bdl.run.executor.INTERRUPT_GRACE_SECONDS` (or at a second Ctrl-C) is
+stopped. Either way the fit raises :class:`~ppl_bdl.run.executor.ExecutorError` (after Ctrl-C
+an :class:`~ppl_bdl.run.executor.ExecutorInterrupted`) naming the groups that did not finish,
+with what the run kept in ``error.partial``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import time
 from typing import Any
 
 from ppl_bdl.errors import BackendError, ConfigError, RunInterrupted
 from ppl_bdl.inference.loop.driver import progress_bar
 from ppl_bdl.run.executor import (
+    INTERRUPT_GRACE_SECONDS,
     ChainJob,
     GroupResult,
     check_chains_per_task,
     portable_options,
     run_detached,
+    say_waiting,
     split_chains,
 )
 
@@ -177,36 +184,46 @@ class RayExecutor:
         return max(1, min(slots, default=1))
 
     def _collect(self, ray, refs: dict, groups: list, progress: bool) -> list[GroupResult]:
-        """Wait for the tasks; on Ctrl-C keep those finished and cancel the others."""
+        """Wait for the tasks; on Ctrl-C interrupt the running ones (each sends back the draws
+        it kept), cancel those not started, and stop what has not come back after
+        :data:`INTERRUPT_GRACE_SECONDS` (or at a second Ctrl-C)."""
         results: dict[int, GroupResult] = {}
         bar = progress_bar(sum(len(g) for g in groups), "chains (Ray tasks)") if progress else None
         pending = dict(refs)
         try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
-                for ref in ready:
-                    i = pending.pop(ref)
-                    results[i] = _result(ray, ref, groups[i], self.max_retries)
-                    if bar is not None:
-                        bar.update(len(groups[i]))
-        except KeyboardInterrupt as err:
-            if pending:
-                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-                for ref in ready:
-                    i = pending.pop(ref)
-                    results[i] = _result(ray, ref, groups[i], self.max_retries)
-            for ref, i in pending.items():
-                ray.cancel(ref, force=True)
-                results[i] = GroupResult(
-                    groups[i],
-                    reason="cancelled",
-                    error=err,
-                    message="interrupted (Ctrl-C); its Ray task was cancelled",
-                )
+            try:
+                self._wait(ray, pending, results, groups, bar)
+            except KeyboardInterrupt:
+                for ref in pending:  # Ctrl-C inside the task; one not started is cancelled
+                    ray.cancel(ref, force=False)
+                say_waiting(len(pending), "Ray tasks")
+                try:
+                    self._wait(ray, pending, results, groups, bar, INTERRUPT_GRACE_SECONDS)
+                except KeyboardInterrupt:  # a second Ctrl-C: stop them now
+                    pass
+                for ref, i in pending.items():
+                    ray.cancel(ref, force=True)
+                    results[i] = GroupResult(
+                        groups[i],
+                        reason="cancelled",
+                        message="interrupted (Ctrl-C); its Ray task was stopped",
+                    )
         finally:
             if bar is not None:
                 bar.close()
         return [results[i] for i in range(len(groups))]
+
+    def _wait(self, ray, pending: dict, results: dict, groups: list, bar, within=None) -> None:
+        """Collect tasks from ``pending`` as they finish, until none is left (or ``within``
+        seconds have passed)."""
+        end = None if within is None else time.monotonic() + within
+        while pending and (end is None or time.monotonic() < end):
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
+            for ref in ready:
+                i = pending.pop(ref)
+                results[i] = _result(ray, ref, groups[i], self.max_retries)
+                if bar is not None:
+                    bar.update(len(groups[i]))
 
 
 def run_task(bound: Any, group: list[int], options: dict, run) -> GroupResult:
@@ -236,7 +253,10 @@ def _result(ray, ref, group: list[int], retries: int) -> GroupResult:
             )
         cause = getattr(err, "cause", None)
         if isinstance(cause, RunInterrupted | KeyboardInterrupt):
-            return GroupResult(group, reason="cancelled", message="interrupted", error=err)
+            partial = getattr(cause, "partial", None)
+            return GroupResult(
+                group, reason="interrupted", message="interrupted", partial=partial, error=err
+            )
         shown = (
             f"{type(cause).__name__}: {cause}"
             if isinstance(cause, BaseException)

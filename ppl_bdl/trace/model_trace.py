@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl.dsl.model import BoundModel, unbound_message
+from ppl_bdl.dsl.model_errors import read_past_the_end
 from ppl_bdl.errors import DataError, ModelError
 from ppl_bdl.trace.interpreter import Evaluator, SiteRecord
 
@@ -189,9 +190,7 @@ def _check_bounds(bound, backend, recorded: Evaluator) -> None:
 
 
 def _read_past_the_end(bound, ev: Evaluator, err: BaseException) -> DataError:
-    plates = ", ".join(f"{name!r} (size {size})" for name, size in ev.plates_seen.items())
-    return DataError(
-        f"model {bound.name!r} reads data past its end: {err} An array indexed with a plate's "
-        f"indices needs the plate's size on that axis (plates: {plates}). Bind data of the "
-        "plate's size, or give the plate the data's size."
-    )
+    # The run that found it: this one (torch raises as the model reads), or, where the
+    # backend checks the bounds in a run of its own, none (the site comes from its frames).
+    runtime = ev if isinstance(err, ModelError) else None
+    return read_past_the_end(bound, runtime, err, dict(ev.plates_seen))

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ppl_bdl.errors import InferenceError
+from ppl_bdl.errors import InferenceError, RunInterrupted
 from ppl_bdl.inference.cavi.conjugacy import recognise
 from ppl_bdl.inference.cavi.factors import CAVIFactors
 from ppl_bdl.inference.cavi.updates import CAVIProgram
@@ -86,11 +86,17 @@ def run_cavi(
     runs = []
     for start in range(restarts):
         runs.append(_iterate(program, be, num_steps, float(tol), seed + start, progress))
-        if runs[-1][2] is not None:  # a failure: stop there, and say so
+        if runs[-1][2] is not None:  # a failure or Ctrl-C: stop there, and say so
             break
+    failure = runs[-1][2]
+    interrupted = failure is not None and failure[0] == "interrupted"
+    runs = [run for run in runs if run[1] is not None]  # Ctrl-C may stop one before its start
+    if not runs:
+        raise RunInterrupted(f"{failure[1]} No sweep had run: error.partial is None.")
     finals = [run[0][-1] if run[0] else -np.inf for run in runs]
-    pick = len(runs) - 1 if runs[-1][2] is not None else int(np.argmax(finals))
-    elbos, state, failure = runs[pick]
+    failed = failure is not None and not interrupted
+    pick = len(runs) - 1 if failed else int(np.argmax(finals))
+    elbos, state = runs[pick][:2]
     factors = CAVIFactors(program.latents, _host(be, state), setup.layout, be)
     losses = -np.asarray(elbos, dtype=float)
     converged = len(elbos) >= 2 and abs(elbos[-1] - elbos[-2]) <= tol * abs(elbos[-1])
@@ -116,17 +122,24 @@ def run_cavi(
         log_likelihood=log_likelihood,
         discrete=discrete,
     )
+    if interrupted:
+        raise RunInterrupted(
+            f"{failure[1]} The factors of the start with the highest ELBO so far (start {pick}, "
+            f"{len(elbos)} sweeps) are in error.partial.",
+            partial=post,
+        )
     if failure is not None:
-        raise InferenceError(failure, partial=post)
+        raise InferenceError(failure[1], partial=post)
     return post
 
 
 def _iterate(program: CAVIProgram, be, num_steps: int, tol: float, seed: int, progress: bool):
-    """Sweeps until the relative change of the ELBO is below ``tol``; (ELBOs, last state, None
-    or the message of a failure: a non-finite ELBO, or one that fell)."""
+    """Sweeps until the relative change of the ELBO is below ``tol``; (ELBOs, last state (None:
+    Ctrl-C before the first), None or ``(reason, message)`` of a failure: "failed" (a
+    non-finite ELBO, or one that fell) or "interrupted" (Ctrl-C))."""
     elbos: list[float] = []
     bar = progress_bar(num_steps, "cavi") if progress else None
-    failure = None
+    failure, state = None, None
     try:
         with be.scope(), be.activate():
             consts = program.constants()
@@ -137,18 +150,24 @@ def _iterate(program: CAVIProgram, be, num_steps: int, tol: float, seed: int, pr
                 value = float(be.to_numpy(value))
                 if not np.isfinite(value):
                     failure = (
-                        f"CAVI stopped at sweep {step}: the ELBO is {value}. The factors "
-                        "from before it are kept in error.partial. Try precision="
-                        "'float64', or check the priors (a prior scale of 0?)."
+                        "failed",
+                        (
+                            f"CAVI stopped at sweep {step}: the ELBO is {value}. The factors "
+                            "from before it are kept in error.partial. Try precision="
+                            "'float64', or check the priors (a prior scale of 0?)."
+                        ),
                     )
                     break
                 slack = ROUNDING_EPS * _EPS[be.precision] * max(1.0, abs(value))
                 if elbos and value < elbos[-1] - slack:
                     failure = (
-                        f"CAVI's ELBO fell at sweep {step}, from {elbos[-1]:.10g} to "
-                        f"{value:.10g}: a coordinate-ascent sweep cannot lower it, so "
-                        "this is rounding (try precision='float64') or a bug (please "
-                        "report it). The factors from before it are in error.partial."
+                        "failed",
+                        (
+                            f"CAVI's ELBO fell at sweep {step}, from {elbos[-1]:.10g} to "
+                            f"{value:.10g}: a coordinate-ascent sweep cannot lower it, so "
+                            "this is rounding (try precision='float64') or a bug (please "
+                            "report it). The factors from before it are in error.partial."
+                        ),
                     )
                     break
                 state = new_state
@@ -157,6 +176,8 @@ def _iterate(program: CAVIProgram, be, num_steps: int, tol: float, seed: int, pr
                     bar.update(1)
                 if len(elbos) >= 2 and abs(value - elbos[-2]) <= tol * abs(value):
                     break
+    except KeyboardInterrupt:
+        failure = "interrupted", f"CAVI was interrupted at sweep {len(elbos)}."
     finally:
         if bar is not None:
             bar.close()

@@ -104,55 +104,83 @@ class GroupRun:
 
     def _chunks(self, group, batches, state, inputs) -> GroupPart:
         """The group's chunks, one compiled call each, until the plan ends, a step fails or
-        Ctrl-C."""
-        be, plan, trace, vectorised = self.be, self.plan, self.trace, self.vectorised
-        rows, kept_infos, step_infos = [], [], []
-        failure = None
+        Ctrl-C (wherever it lands: the chunks read back before it are kept)."""
+        plan, done, failure = self.plan, [], None
         for start in range(0, plan.num_steps, plan.chunk):
             steps = min(plan.chunk, plan.num_steps - start)
-            keep = plan.keep[start : start + steps]
             try:
-                with be.scope(), be.activate():
-                    xs = chunk_inputs(be, plan.chunk, steps, batches, vectorised, self.pad)
-                    padded = np.zeros(plan.chunk, bool)
-                    padded[:steps] = keep
-                    result = self.runner(
-                        state, xs, inputs, padded, steps, self.first_step + start, plan.rows, trace
-                    )
+                result = self._run_chunk(state, inputs, batches, start, steps)
+                done.append(self._read(result, group, start, steps))  # whole, or not at all
+                state, failure = done[-1].state, done[-1].failure
+                if failure is not None:
+                    break
+                if self.bar is not None:
+                    self.bar.update(steps * len(group))
             except KeyboardInterrupt:
-                failure = Failure(start, group[:1], "interrupted")
+                ran = sum(chunk.ran for chunk in done)
+                state = done[-1].state if done else state
+                failure = Failure(ran, group[:1], "interrupted")
                 break
-            state = result.state
-            if result.rows is not None:
-                rows.append(result.rows)
-                if trace:
-                    ran = steps if result.failed_at < 0 else result.failed_at
-                    kept_infos.append({k: v[keep[:ran]] for k, v in result.infos.items()})
-                else:
-                    kept_infos.append(result.infos)
-            if trace:
-                step_infos.append(result.infos)
-            if result.failed_at >= 0:
-                step = start + result.failed_at
-                bad = _failed_chains(result.failed_info, vectorised)
-                named = sorted({group[min(i, len(group) - 1)] for i in bad}, key=group.index)
-                failure = Failure(step, named or group[:1], "nonfinite")
-                if step >= 1 and plan.keep[step - 1]:  # its position is where U is not finite
-                    _drop_last_row(rows, kept_infos)
-                break
-            if self.bar is not None:
-                self.bar.update(steps * len(group))
-        per_chain = _per_chain(rows, kept_infos, step_infos, len(group), vectorised)
+        if failure is not None and failure.reason == "nonfinite":
+            step = failure.step
+            if step >= 1 and plan.keep[step - 1]:  # its position is where U is not finite
+                _drop_last_row(done)
+        kept = [chunk for chunk in done if chunk.rows is not None]
+        rows, kept_infos = [c.rows for c in kept], [c.kept_infos for c in kept]
+        step_infos = [c.step_infos for c in done if c.ran] if self.trace else []
+        per_chain = _per_chain(rows, kept_infos, step_infos, len(group), self.vectorised)
         return GroupPart(*per_chain, state, failure)
 
+    def _run_chunk(self, state, inputs, batches, start: int, steps: int):
+        """One compiled call: ``steps`` steps from step ``start``."""
+        be, plan = self.be, self.plan
+        with be.scope(), be.activate():
+            xs = chunk_inputs(be, plan.chunk, steps, batches, self.vectorised, self.pad)
+            padded = np.zeros(plan.chunk, bool)
+            padded[:steps] = plan.keep[start : start + steps]
+            return self.runner(
+                state, xs, inputs, padded, steps, self.first_step + start, plan.rows, self.trace
+            )
 
-def _drop_last_row(rows: list, kept_infos: list) -> None:
-    while rows and len(rows[-1]) == 0:
-        rows.pop()
-        kept_infos.pop()
-    if rows:
-        rows[-1] = rows[-1][:-1]
-        kept_infos[-1] = {k: v[:-1] for k, v in kept_infos[-1].items()}
+    def _read(self, result, group: list[int], start: int, steps: int) -> ChunkRead:
+        """What a chunk's result adds to the run, and where it stopped (a non-finite step, or
+        Ctrl-C in a runner that steps in Python)."""
+        ran = steps if result.failed_at < 0 else result.failed_at
+        keep = self.plan.keep[start : start + steps]
+        kept_infos = result.infos
+        if self.trace and result.rows is not None:
+            kept_infos = {k: v[keep[:ran]] for k, v in result.infos.items()}
+        failure = None
+        if result.interrupted:
+            failure = Failure(start + ran, group[:1], "interrupted")
+        elif result.failed_at >= 0:
+            bad = _failed_chains(result.failed_info, self.vectorised)
+            named = sorted({group[min(i, len(group) - 1)] for i in bad}, key=group.index)
+            failure = Failure(start + ran, named or group[:1], "nonfinite")
+        step_infos = result.infos if self.trace else {}
+        return ChunkRead(result.state, result.rows, kept_infos, step_infos, ran, failure)
+
+
+@dataclass
+class ChunkRead:
+    """One chunk as read back: the state after it, its kept rows (None: none) and their infos,
+    every step's infos (traced runs), the steps it ran and where it stopped early, if it did."""
+
+    state: Any
+    rows: Any
+    kept_infos: dict
+    step_infos: dict
+    ran: int
+    failure: Failure | None
+
+
+def _drop_last_row(done: list[ChunkRead]) -> None:
+    """Drop the last kept row (and its infos) of the chunks ``done``."""
+    for chunk in reversed(done):
+        if chunk.rows is not None and len(chunk.rows):
+            chunk.rows = chunk.rows[:-1]
+            chunk.kept_infos = {k: v[:-1] for k, v in chunk.kept_infos.items()}
+            return
 
 
 def _per_chain(rows, kept_infos, step_infos, chains: int, vectorised: bool):

@@ -23,7 +23,9 @@ array a kept step keeps. :func:`run_chains` runs it:
   state holds a non-finite number, with that step and chain and the state before it (the
   backend's loop finds both; a compiled loop may check only the state between kept steps,
   whose infos nobody reads, and find the step by running the chunk again), or at Ctrl-C,
-  keeping the draws and the state of the chunks before;
+  keeping the draws and the state of the chunks before (of the steps before, where the
+  backend's loop steps in Python: a compiled chunk cannot stop part-way), wherever in the run
+  it lands;
 - on several devices (``fit(..., device=[...])``), with every array the loop reads handed to
   :meth:`Backend.place` with its chain and batch axes named: chains split over the devices
   (the vectorised group padded to a multiple of the device count with copies of its last
@@ -92,7 +94,8 @@ class RunResult:
     """Kept draws (chain, draw, ...), their infos (chain, draw), every step's infos (chain, step),
     the final state of the last group of chains (backend arrays; after a failure, the state
     before the failed step), and the failure, if any. After a failure the draws are those kept
-    before it: of the chains that kept any, cut to the same length."""
+    before it, cut to the common length that keeps the most draws (chains shorter than it are
+    left out: see :func:`most_draws`)."""
 
     draws: np.ndarray | None
     infos: dict[str, np.ndarray]
@@ -191,13 +194,18 @@ def run_chains(
     parts, failure, states = [], None, []
     try:
         for g, group in enumerate(groups):
-            part = run(
-                group,
-                np.stack([positions[chains.index(c)] for c in group]),
-                [made[c] for c in group],
-                1.0 if rates is None else group_scale(rates.scale, chains, group, pad),
-                None if resume is None else resume[g],
-            )
+            try:
+                part = run(
+                    group,
+                    np.stack([positions[chains.index(c)] for c in group]),
+                    [made[c] for c in group],
+                    1.0 if rates is None else group_scale(rates.scale, chains, group, pad),
+                    None if resume is None else resume[g],
+                )
+            except KeyboardInterrupt:  # Ctrl-C as the group started: the groups before are kept
+                failure = Failure(0, group[:1], "interrupted")
+                states.append(None)
+                break
             parts.append(part)
             failure = part.failure
             states.append(part.final_state)
@@ -233,16 +241,33 @@ def _collect(parts: list[GroupPart], final, failure) -> RunResult:
     infos = [i for p in parts for i in p.infos]
     traced = [t for p in parts for t in p.step_infos]
     result = RunResult(None, {}, final, failure)
-    # After a failure, chains that kept nothing (not run yet, or failed first) are left out.
-    kept = [i for i, d in enumerate(draws) if len(d)]
+    kept, n = most_draws([len(d) for d in draws])
     if kept:
-        n = min(len(draws[i]) for i in kept)
         result.draws = np.stack([draws[i][:n] for i in kept])
         result.infos = {k: np.stack([infos[i][k][:n] for i in kept]) for k in infos[kept[0]]}
-    if traced and traced[0]:
-        n = min(len(next(iter(t.values()))) for t in traced)
-        result.step_infos = {k: np.stack([t[k][:n] for t in traced]) for k in traced[0]}
+    full = next((t for t in traced if t), None)
+    if full is not None:  # a chain stopped before its first chunk has none: cut to 0 steps
+        n = min(len(next(iter(t.values()))) if t else 0 for t in traced)
+        result.step_infos = {
+            k: np.stack([t[k][:n] if t else v[:0] for t in traced]) for k, v in full.items()
+        }
     return result
+
+
+def most_draws(lengths: list[int]) -> tuple[list[int], int]:
+    """The chains kept after a run stopped early, and their common length: the length that
+    keeps the most draws (chains one after another: the chains that finished whole, or all of
+    them cut to the stopped chain's draws); chains shorter than it are left out.
+
+    >>> most_draws([100, 100, 30]), most_draws([100, 80, 70]), most_draws([0, 0])
+    (([0, 1], 100), ([0, 1, 2], 70), ([], 0))
+    """
+    best, length = 0, 0
+    for n in sorted(set(lengths), reverse=True):
+        total = n * sum(1 for m in lengths if m >= n)
+        if n > 0 and total > best:
+            best, length = total, n
+    return [i for i, m in enumerate(lengths) if length and m >= length], length
 
 
 def _loop_step(be, transition: Transition, vectorised: bool, unit):

@@ -33,7 +33,8 @@ def raise_failure(
     kept = (
         "No draws were kept yet"
         if partial is None
-        else f"The {partial.num_draws} draws kept per chain before it are in error.partial"
+        else f"The {partial.num_draws} draws per chain kept before it ({partial.num_chains} "
+        f"chain{'s' if partial.num_chains > 1 else ''}) are in error.partial"
     )
     chain = failure.chains[0]
     if failure.reason == "interrupted":

@@ -268,14 +268,15 @@ def run_sgmcmc(
         chain_ids=chains,
     )
     if run.failure is not None:
-        size = step_sizes(be, config, step_size, num_steps)[run.failure.step]
+        failed = run.failure.reason == "nonfinite"  # (Ctrl-C may land after the last step)
+        size = step_sizes(be, config, step_size, num_steps)[run.failure.step] if failed else None
         raise_failure(
             setup,
             run,
             kind=f"SG-MCMC kernel {name!r}",
             requested=num_samples,
             method=name,
-            step_size=float(size),
+            step_size=None if size is None else float(size),
             log_likelihood=log_likelihood,
         )
     return build_posterior(setup, run.draws, run.infos, name, log_likelihood=log_likelihood)

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl.backend_protocol import Transition
-from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
 from ppl_bdl.inference.loop.driver import Rates, RunPlan, run_chains
 from ppl_bdl.inference.mcmc.schedules import _check_step_size
 
@@ -96,6 +96,11 @@ def choose_step_size(
                 rates=schedule._replace(scale=GRID[index]),
                 trace=True,
             )
+            if run.failure is not None and run.failure.reason == "interrupted":
+                raise RunInterrupted(
+                    f"{name}'s step-size pilot (step_size='auto') was interrupted before the run "
+                    "started; no draws were made (error.partial is None).",
+                )
             results[index] = run.failure is None and not climbs(
                 run.step_infos["potential"], positions.shape[1]
             )

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
-from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
 from ppl_bdl.inference.common import Setup, build_posterior
 from ppl_bdl.inference.loop.driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
@@ -149,7 +149,8 @@ def run_vi(
     )
     post = None
     try:
-        best = [m.best_params if failure is None else None for m in monitors]  # else: the last
+        last = failure is not None and failure[1] == "nonfinite"  # then the last parameters
+        best = [None if last else m.best_params for m in monitors]
         fitted = [run.fitted_guide(b, chain=c) for c, b in enumerate(best)]
         fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best[0]))
         flat = np.stack(
@@ -180,9 +181,9 @@ def run_vi(
     losses = losses if one else losses[0]  # the first fit's, for the message
     step, reason = failure
     if reason == "interrupted":
-        raise InferenceError(
-            f"VI was interrupted at step {step}; the parameters it had reached are kept in "
-            "error.partial (a Posterior, or the fitted guide if drawing from it failed).",
+        raise RunInterrupted(
+            f"VI was interrupted at step {step}; the guide at its best smoothed loss so far (else "
+            "where it was) is in error.partial (a Posterior, or the guide if drawing failed).",
             partial=partial,
         )
     last = f"{losses[-1]:.6g}" if losses.size else "none (the first step failed)"
@@ -383,11 +384,7 @@ class VIRun:
         bar = progress_bar(self.num_steps, "vi") if progress else None
         try:
             while done < self.num_steps and failure is None:
-                try:
-                    losses, failure = self.steps(min(segment, self.num_steps - done), chunk=segment)
-                except KeyboardInterrupt:  # between two segments
-                    failure = (done, "interrupted")
-                    break
+                losses, failure = self.steps(min(segment, self.num_steps - done), chunk=segment)
                 if failure is not None:  # its step counts from this segment's start
                     failure = (done + failure[0], failure[1])
                 losses = losses.reshape(self.num_chains, -1)
@@ -408,6 +405,8 @@ class VIRun:
                 live = [monitors[c] for c in watched if self.stopped[c] is None]
                 if self.auto and done >= AUTO_MIN_STEPS and all(m.converged() for m in live):
                     break
+        except KeyboardInterrupt:  # between two segments (one stopped inside says so itself)
+            failure = (sum(p.shape[1] for p in parts), "interrupted")
         finally:
             if bar is not None:
                 bar.close()
