@@ -29,6 +29,7 @@ from ppl_bdl.errors import (
     InferenceError,
     ModelError,
     PPLError,
+    RunInterrupted,
 )
 from ppl_bdl.inference import ebm
 from ppl_bdl.inference.cavi.method import CAVI
@@ -90,6 +91,7 @@ __all__ = [
     "Posterior",
     "PredictiveResult",
     "RayExecutor",
+    "RunInterrupted",
     "backends",
     "deterministic",
     "dist",

@@ -101,9 +101,10 @@ def fit(
         MCMC and ensembles: where the chains (members) run, in groups, merged into the
         posterior this process would give with the same seed: ``bdl.RayExecutor(...)`` on a
         Ray cluster, ``"ray"`` on a local Ray, ``bdl.InProcessExecutor(chains_per_task=k)``
-        here. A group that fails, or Ctrl-C, raises
-        :class:`~ppl_bdl.run.executor.ExecutorError` with the chains that finished in
-        ``error.partial``.
+        here. A group that fails raises :class:`~ppl_bdl.run.executor.ExecutorError`
+        (after Ctrl-C an ``ExecutorInterrupted``, a ``RunInterrupted`` too) naming the groups
+        that did not finish, with what the run kept (finished chains and the stopped groups'
+        draws) in ``error.partial``.
     **options
         The method's options, when ``method`` is a name (see each method's class).
 
