@@ -310,3 +310,11 @@ def test_the_findings_are_saved_and_loaded(tmp_path):
         )
     back = bdl.load(post.save(tmp_path / "short.nc"))
     assert back.diagnostics == post.diagnostics and back.diagnostics[0].sites
+
+
+def test_a_finding_prints_the_digits_that_show_the_comparison():
+    from ppl_bdl.posterior.diagnostics import Finding
+
+    assert "R-hat 1.014 > 1.01" in Finding("rhat", ("mu",), 1.014, 1.01, "more").message
+    assert "R-hat 1.0101 > 1.01" in Finding("rhat", ("mu",), 1.0101, 1.01, "more").message
+    assert "bulk ESS 99.96 per chain < 100" in Finding("ess_bulk", ("mu",), 99.96, 100, "").message

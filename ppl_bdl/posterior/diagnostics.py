@@ -91,7 +91,10 @@ class Finding:
     @property
     def message(self) -> str:
         label = _LABELS.get(self.kind, self.kind + " {value:.3g} (threshold {threshold:.3g})")
-        text = label.format(value=self.value, threshold=self.threshold)
+        digits = visible_digits(self.value, self.threshold)
+        text = label.replace(":.3g}", f":.{digits}g}}").format(
+            value=self.value, threshold=self.threshold
+        )
         if self.sites:
             shown = ", ".join(self.sites[:5])
             more = len(self.sites) - 5
@@ -100,6 +103,21 @@ class Finding:
 
     def __str__(self) -> str:
         return self.message
+
+
+def visible_digits(value: float, threshold: float, least: int = 3, most: int = 8) -> int:
+    """The fewest significant digits (at least ``least``) that print ``value`` and
+    ``threshold`` apart, so a finding never reads "R-hat 1.01 > 1.01".
+
+    Example
+    -------
+    >>> visible_digits(1.014, 1.01), visible_digits(2.5, 1.01)
+    (4, 3)
+    """
+    for digits in range(least, most + 1):
+        if f"{value:.{digits}g}" != f"{threshold:.{digits}g}":
+            return digits
+    return most
 
 
 class Diagnostics(tuple):
