@@ -55,7 +55,6 @@ autodoc_inherit_docstrings = False
 # typing) are left unlinked, since the build reaches no other site.
 nitpicky = True
 nitpick_ignore_regex = [(r"py:.*", r"(?!ppl_bdl\b).*")]
-suppress_warnings = ["myst.header"]
 
 # Classes re-exported by a public namespace are documented there only (autodoc marks their
 # defining path as canonical, so references to either path resolve); the internals pages leave
