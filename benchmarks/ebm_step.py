@@ -1,4 +1,4 @@
-"""Time one EBM training step (the chapter's Algorithm 3) against hand-written loops of the same
+"""Time one EBM training step (Algorithm 3 of "Bayesian Computation in Deep Learning") against hand-written loops of the same
 algorithm, in one process, per backend.
 
 The step: B = 100 persistent chains taken from a first-in-first-out replay buffer of 1000 (each

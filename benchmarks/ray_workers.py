@@ -143,7 +143,7 @@ def main() -> None:
             else:
                 # bit for bit on Pyro (its chains run one after another); on NumPyro a task's
                 # chains run side by side in one XLA program, whose sums over a batch of 2 chains
-                # may round otherwise than over 4 (measured for issue 20: at most 1.2e-7 after
+                # may round otherwise than over 4 (measured: at most 1.2e-7 after
                 # 1000 steps, the same as two groups of 2 in one process)
                 gap = max(
                     float(np.max(np.abs(post.samples[k] - reference.samples[k])))

@@ -1,6 +1,6 @@
 """What the pieces removed from the hot loop could still buy, at toy and at deep-learning scale.
 
-The sixth session removed four speed-ups of the SG-MCMC/VI loop on JAX (pre-drawn noise, minibatch
+An earlier version removed four speed-ups of the SG-MCMC/VI loop on JAX (pre-drawn noise, minibatch
 rows gathered in bulk, a private layout of the normals, the first epoch's shuffle on a thread): the
 rule is that a piece stays only if it gains at least 10% at both scales. Each piece made one part
 of a step cheaper, so the most it can gain is that part's share of the step. This script measures

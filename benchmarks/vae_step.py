@@ -1,4 +1,4 @@
-"""Time one VAE training step (the chapter's Algorithm 4) against hand-written loops of the same
+"""Time one VAE training step (Algorithm 4 of "Bayesian Computation in Deep Learning") against hand-written loops of the same
 model, in one process, per backend.
 
 The step: a minibatch of B = 64 binarised 16 x 16 stroke images (N = 2000, ``models/vae.py``),

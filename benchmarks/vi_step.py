@@ -14,7 +14,7 @@ Usage::
     python benchmarks/vi_step.py                     # both backends
     python benchmarks/vi_step.py --backend numpyro --steps 5000
 
-Targets (issue 3): (b)/(a) <= 2.5, (c)/(b) >= 4, (b) at N = 1e6 within 1.2x of N = 1e4.
+Targets: (b)/(a) <= 2.5, (c)/(b) >= 4, (b) at N = 1e6 within 1.2x of N = 1e4.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Energy-based models trained by the chapter's Algorithm 3 (``bdl.ebm``), on shipped data:
+"""Energy-based models trained by Algorithm 3 of "Bayesian Computation in Deep Learning" (``bdl.ebm``), on shipped data:
 points in the plane (a Gaussian mixture, two rings) and the stroke images of
 :mod:`ppl_bdl.models.images`.
 

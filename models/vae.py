@@ -1,5 +1,5 @@
-"""A variational auto-encoder on the stroke images of :mod:`ppl_bdl.models.images`: the chapter's
-Algorithm 4 (Kingma & Welling 2014), written in the DSL and fitted by ``method="vi"`` with an
+"""A variational auto-encoder on the stroke images of :mod:`ppl_bdl.models.images`: Algorithm 4 of
+"Bayesian Computation in Deep Learning" (Kingma & Welling 2014), written in the DSL and fitted by ``method="vi"`` with an
 amortized guide (:class:`ppl_bdl.inference.vi.guides.Amortized`).
 
 The model: z_i ~ N(0, I) (``latent_dim``), x_i | z_i ~ Bernoulli(logits = f_θ(z_i)) on binarised
@@ -37,7 +37,7 @@ from ppl_bdl import math as bm
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.models import images
 
-#: The settings of a fit (the chapter's Algorithm 4: minibatch SGD on the ELBO, here Adam):
+#: The settings of a fit (Algorithm 4 of "Bayesian Computation in Deep Learning": minibatch SGD on the ELBO, here Adam):
 #: 64 images per step, lr 1e-3 decayed on a cosine.
 SETTINGS: dict[str, Any] = dict(batch_size=64, lr=1e-3, schedule="cosine", num_samples=10)
 LIKELIHOODS = ("bernoulli", "gaussian")

@@ -8,7 +8,7 @@
   (derived in the test). The same model with independent priors: its coordinate equations in
   NumPy. An InverseGamma variance v fits exactly as the Gamma precision 1/v does.
 * Dirichlet-Categorical: q(π) = Dir(α + counts), and the ELBO is the log evidence.
-* The thesis's Gaussian mixture (Section 4.4, its data): every coordinate update raises the
+* The Gaussian mixture of "Advancements in Variational Inference" (Section 4.4, its data): every coordinate update raises the
   ELBO; the closed-form ELBO matches a Monte Carlo estimate of E_q[log p(y, θ, z) − log q];
   CAVI reaches the optimum of the mean-field guide fitted by gradients (``method="vi"``), within
   tolerances derived below (that check runs under ``-m slow``: VI runs ~15,000 steps).
@@ -36,14 +36,14 @@ F64 = dict(method="cavi", precision="float64", progress=False, num_samples=200, 
 
 # -- models --------------------------------------------------------------------------------
 def thesis_data() -> np.ndarray:
-    """The thesis's Section 4.4 data: 100 points of N(-5, 2²) and 100 of N(5, 2²), seed 42."""
+    """Section 4.4 of "Advancements in Variational Inference" data: 100 points of N(-5, 2²) and 100 of N(5, 2²), seed 42."""
     rs = np.random.RandomState(42)
     return np.concatenate([rs.normal(-5, 2, 100), rs.normal(5, 2, 100)])
 
 
 @bdl.model
 def thesis_gmm(y, num_components=2):
-    """The thesis's mixture with its means and precisions per component, Dirichlet weights."""
+    """The mixture of "Advancements in Variational Inference" with its means and precisions per component, Dirichlet weights."""
     weights = bdl.sample("weights", dist.Dirichlet(np.ones(num_components)))
     locs = bdl.sample("locs", dist.Normal(0.0, 10.0), shape=(num_components,))
     prec = bdl.sample("prec", dist.Gamma(1.0, 1.0), shape=(num_components,))
@@ -185,7 +185,7 @@ def test_dirichlet_categorical_is_exact(backend):
     )
 
 
-# -- the thesis's Gaussian mixture ----------------------------------------------------------
+# -- the Gaussian mixture of "Advancements in Variational Inference" ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def gmm_fits():
     cache: dict = {}

@@ -1,5 +1,5 @@
 """A regression guard that needs no clock: the operations of our compiled SG-MCMC loop, counted
-against a hand-written ``jit(lax.scan)`` of the same update (issue 22).
+against a hand-written ``jit(lax.scan)`` of the same update.
 
 Two counts, both read off the programs JAX builds (no timing):
 

@@ -1,4 +1,4 @@
-"""The same model text runs, or fails with the same ModelError, on every backend (issue 14).
+"""The same model text runs, or fails with the same ModelError, on every backend.
 
 * NumPy values mix with a model's values on either side of an operator (arithmetic, ``@``,
   comparisons, indexing), as JAX arrays do: ``np.log(w) - (y - mu) ** 2`` with ``mu`` latent.

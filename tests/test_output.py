@@ -1,4 +1,4 @@
-"""Output a person reads (issue 19, point 4): summaries without spurious warnings or NaN columns,
+"""Output a person reads: summaries without spurious warnings or NaN columns,
 a short repr, readable guide parameters, predictive sd and intervals, labelled plots, and the
 example of docs/results.md that shows them."""
 

@@ -1,4 +1,4 @@
-"""Work over several devices (issue 20, points 1 and 2), tested on JAX's virtual CPU devices.
+"""Work over several devices (data and chains spread), tested on JAX's virtual CPU devices.
 
 JAX fixes its number of CPU devices when it starts (``XLA_FLAGS=
 --xla_force_host_platform_device_count=4``), so the runs on four devices are subprocesses

@@ -1,4 +1,4 @@
-"""Data-parallel steps on torch (issue 20, point 2): ``fit(..., backend="pyro", device=[...],
+"""Data-parallel steps on torch: ``fit(..., backend="pyro", device=[...],
 shard="data")`` in two gloo processes on the CPU (torch.distributed, one process per device,
 started here as a launcher would: RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free port) draws
 what one process draws unsplit, to float tolerance, and both processes draw the same: each

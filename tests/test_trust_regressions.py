@@ -57,8 +57,8 @@ def test_a_minibatched_site_must_be_indexed_by_its_plate(backend, method):
 
 
 def test_num_chains_for_vi_runs_independent_fits(backend):
-    """Once an error (issue 13), num_chains for VI now runs that many independent fits, the
-    first the one fit of the same seed (issue 20; tests/test_scale.py checks them in depth)."""
+    """Once an error, num_chains for VI now runs that many independent fits, the
+    first the one fit of the same seed (tests/test_scale.py checks them in depth)."""
     kw = dict(backend=backend, method="vi", num_steps=50, num_samples=3, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)  # 50 steps: not converged

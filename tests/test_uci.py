@@ -99,7 +99,7 @@ def test_missing_or_unknown_data_is_a_clear_error(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["boston", "concrete", "yacht"])
 def test_deep_ensembles_reproduce_the_published_log_likelihood(shared_data, backend, name):
-    """The protocol of issue 20 (5 members, 40 epochs, a learned noise scale) on the first 5 of
+    """The deep-ensemble protocol (5 members, 40 epochs, a learned noise scale) on the first 5 of
     the 20 splits: the mean test log-likelihood is within the published ± of the deep-ensemble
     number (Lakshminarayanan et al. 2017, Table 1). benchmarks/uci_ensembles.py runs all 20.
 
@@ -174,7 +174,7 @@ FISHER_GAP = pytest.mark.xfail(
 def test_vogn_test_log_likelihood_is_no_worse_than_adams(
     shared_data, backend_name, name, curvature
 ):
-    """Issue 21.3: natural-gradient mean-field VI (vogn) against Adam's mean-field VI through the
+    """Natural-gradient mean-field VI (vogn) against Adam's mean-field VI through the
     harness, 400 epochs of B = 32 each on splits 0-4 (models/uci_vi.py; Pyro on yacht only,
     its ten fits about a minute). The paired per-split difference of the test
     log-likelihood, vogn − adam, is above −2 of its standard errors.

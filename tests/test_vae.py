@@ -1,6 +1,6 @@
 """The shipped VAE (models/vae.py) on the stroke images: it fits on both backends and beats a
 model of independent pixels on held-out images, and the IWAE bound rises with K (Burda et al.
-2015; the chapter's Eq. 3.18)."""
+2015; Eq. 3.18 of "Bayesian Computation in Deep Learning")."""
 
 from __future__ import annotations
 

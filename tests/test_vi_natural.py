@@ -289,7 +289,7 @@ def _vogn_path(backend, start, eps, monkeypatch, num_steps=30):
 def test_vogn_steps_agree_across_backends(monkeypatch):
     """The one core update on each backend's pieces: from the same start, with the same weight
     noise and minibatches (the run's seed), 30 steps of vogn (constant lr) on Pyro and on
-    NumPyro agree to float64 round-off (the Pyro-only UCI yacht gap of issue 21.3 is not in these pieces:
+    NumPyro agree to float64 round-off (the Pyro-only UCI yacht gap is not in these pieces:
     docs/benchmarks.md)."""
     backends = [b for b in ("numpyro", "pyro") if b in bdl.backends.available()]
     if len(backends) < 2:
@@ -369,7 +369,7 @@ def test_per_point_function_that_cannot_be_vmapped_loops_with_a_warning():
 @pytest.mark.slow  # 2 x 2,400 steps per backend and optimizer
 @pytest.mark.parametrize("optimizer", ["vogn", "adam"])
 def test_whole_runs_agree_across_backends_in_float32(optimizer, monkeypatch):
-    """Issue 21.3's UCI comparison: whole runs of the harness's model (6-50-1 ReLU network,
+    """The UCI comparison: whole runs of the harness's model (6-50-1 ReLU network,
     PBP's Gamma(6, 6) noise precision; 400 epochs of B = 32 on N = 200, the cosine schedule) in
     float32, from the same start with the same weight noise (a table indexed by the step) and
     minibatches, end at the same fit on Pyro and NumPyro: what differs between the backends'
@@ -582,7 +582,7 @@ def test_vogn_hessian_keeps_its_precision_positive_on_a_relu_network(backend):
 
 @pytest.mark.slow  # 2 x 2,000 steps per backend
 def test_vogn_fits_a_small_bnn_with_a_sensible_predictive_variance(backend):
-    """The default curvature ("ggn") on network weights (issue 21.3): a one-hidden-layer tanh
+    """The default curvature ("ggn") on network weights: a one-hidden-layer tanh
     network (20 units, N(0, 1) weights, HalfNormal noise scale) on y = sin(2x) + N(0, 0.2²),
     x ~ U(−2, 2), N = 160, fitted by vogn and by Adam's mean-field VI on the same 2,000
     minibatches of 32 (cosine schedule). Measured (NumPyro): vogn's predictive mean within

@@ -1,4 +1,4 @@
-"""Objectives: the Renyi bound (the chapter's Figure 3), the IWAE bound, and a flow guide on a
+"""Objectives: the Renyi bound (Figure 3 of "Bayesian Computation in Deep Learning"), the IWAE bound, and a flow guide on a
 non-Gaussian target."""
 
 from __future__ import annotations

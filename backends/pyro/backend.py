@@ -304,7 +304,7 @@ class PyroBackend(BackendBase):
         warning) where tracing fails or disagrees. (Python control flow on values, which a trace
         would freeze, is refused before, by the validating run's ``StrictTensor`` values.) In a
         data-parallel fit the trace is of this process's share (its gradients not all-reduced,
-        at the first call's own block of the minibatch: its N / |batch| scale is the block's)
+        at the first call's own block of the minibatch: its ``N / |batch|`` scale is the block's)
         and its outputs are all-reduced after it runs: a trace cannot hold the all-reduce."""
         if self.parallel is None:
             return trace_or_eager(self, fn, example_args)

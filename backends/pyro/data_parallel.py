@@ -9,7 +9,7 @@ the same state; what differs is each step's minibatch:
 - each process takes its block of every minibatch's indices (:meth:`DataParallel.slice`, the
   seam the driver already has: ``Backend.place`` of the indices with their batch axis named),
   so its potential (or VI loss) is the minibatch estimate on B / N_proc points, scaled by
-  N / (B / N_proc) (the chapter's Eq. 2.8 with its own batch);
+  N / (B / N_proc) (Eq. 2.8 of "Bayesian Computation in Deep Learning" with its own batch);
 - the value and gradient of every ``value_and_grad`` are all-reduced (summed, one collective
   per call over one flat buffer) and divided by the number of processes: the mean of the
   processes' estimates is the prior term plus N / B times the whole minibatch's sum, the

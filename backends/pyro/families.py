@@ -189,7 +189,7 @@ class PositiveDefiniteTransform(Transform):
     """R^(n(n+1)/2) -> symmetric positive-definite n × n matrices: the vector fills a lower-
     triangular L row by row, its diagonal through exp, and the value is L Lᵀ.
 
-    log |J| = n log 2 + Σᵢ (n - i + 2) log Lᵢᵢ (i = 1..n): the exp on the diagonal, and the
+    ``log |J| = n log 2 + Σᵢ (n - i + 2) log Lᵢᵢ`` (i = 1..n): the exp on the diagonal, and the
     Jacobian 2ⁿ Πᵢ Lᵢᵢ^(n-i+1) of L -> L Lᵀ (Muirhead 1982, Aspects of Multivariate Statistical
     Theory, Theorem 2.1.9).
     """

@@ -154,7 +154,7 @@ def plate(name: str, size: int):
 
     For full-batch methods the indices are ``0..size-1``. With ``batch_size=B`` at fit time the plate
     yields ``B`` indices of a shuffled epoch and the log-likelihood of the sites inside is scaled by
-    ``size / B`` (the chapter's Eq. 2.19), so index your data with them: ``y[idx]``.
+    ``size / B`` (Eq. 2.19 of "Bayesian Computation in Deep Learning"), so index your data with them: ``y[idx]``.
 
     Example
     -------

@@ -5,7 +5,7 @@ Uncertainty Estimation using Deep Ensembles*, NeurIPS 2017) is M independent MAP
 model, each from its own start and with its own minibatch order; the predictive distribution is
 the uniform mixture of the members' predictive distributions. Here a member minimises the
 model's potential U(θ) = −log p(θ, D) − log|J| in the unconstrained space (the prior is the
-regulariser, the likelihood minibatched and scaled by N/B as in VI: the chapter's Eq. 2.19) with
+regulariser, the likelihood minibatched and scaled by N/B as in VI: Eq. 2.19 of "Bayesian Computation in Deep Learning") with
 the backend's optimizer (:meth:`Backend.optimizer`, Adam by default, the schedules of
 :mod:`ppl_bdl.optim`).
 

@@ -153,7 +153,7 @@ def calibration_bins(
 def expected_calibration_error(
     probs: Any, y: Any, num_bins: int = 15, binning: str = "equal_width"
 ) -> float:
-    """ECE = Σ_b |B_b|/n · |acc(B_b) − conf(B_b)| over bins of top-label confidence.
+    """``ECE = Σ_b |B_b|/n · |acc(B_b) − conf(B_b)|`` over bins of top-label confidence.
 
     Naeini, Cooper & Hauskrecht (2015), "Obtaining well calibrated probabilities using Bayesian
     binning", Sec. 4; Guo et al. (2017), "On calibration of modern neural networks", Eq. 3.
@@ -238,8 +238,8 @@ def ood_score(probs_per_draw: Any, kind: str = "entropy") -> np.ndarray:
     ``kind="entropy"``: the predictive entropy H[p̄(y|x)] (total uncertainty; high also for
     in-distribution points near a class boundary). ``kind="mutual_information"``: I[y; θ | x, D],
     the epistemic part, high where the posterior draws disagree (Houlsby et al. 2011, Eq. 3;
-    Smith & Gal 2018). ``probs_per_draw`` is shaped (draws, *points, classes) or a classification
-    PredictiveResult; the scores are shaped (*points), in nats.
+    Smith & Gal 2018). ``probs_per_draw`` is shaped ``(draws, *points, classes)`` or a classification
+    PredictiveResult; the scores are shaped ``(*points)``, in nats.
 
     Example
     -------
@@ -329,7 +329,7 @@ def classification_metrics(
 
 def regression_metrics(means: Any, variances: Any, y: Any) -> dict[str, float]:
     """Scores of a regression posterior predictive from per-draw means and variances
-    shaped (draws, *points) (``PredictiveResult.per_draw["mean"]`` and ``["variance"]``).
+    shaped ``(draws, *points)`` (``PredictiveResult.per_draw["mean"]`` and ``["variance"]``).
 
     Keys: ``rmse`` of the predictive mean; ``nll``, the mean over points of
     −log (1/S) Σ_s N(y | μ_s, σ²_s), the Gaussian-mixture log predictive density (exact for a

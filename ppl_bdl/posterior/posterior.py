@@ -29,11 +29,11 @@ class Posterior:
     Attributes
     ----------
     samples : dict
-        Site name -> array shaped (chain, draw, *site_shape), latent and deterministic sites.
+        Site name -> array shaped ``(chain, draw, *site_shape)``, latent and deterministic sites.
     sample_stats : dict
         Per-draw statistics (divergences, tree depth, step size, ...) shaped (chain, draw).
     log_likelihood : dict
-        Observed site -> pointwise log-likelihood shaped (chain, draw, *points).
+        Observed site -> pointwise log-likelihood shaped ``(chain, draw, *points)``.
     observed_data : dict
         Observed site -> the data it was conditioned on.
     dims : dict
@@ -221,7 +221,7 @@ class Posterior:
     # -- amortized guides ---------------------------------------------------------------------
     def encode(self, X) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """q(z | x) of new points from a fit with an amortized guide (``guides.Amortized``):
-        ``{site: (loc, scale)}``, NumPy arrays shaped (n, *site shape of one point).
+        ``{site: (loc, scale)}``, NumPy arrays shaped ``(n, *site shape of one point)``.
 
         Example
         -------

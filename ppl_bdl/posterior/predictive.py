@@ -35,10 +35,14 @@ _CLASSIFIERS = CLASSIFIERS
 class PredictiveResult:
     """Predictive draws and per-point summaries of one predicted site.
 
+    :meth:`interval` gives central predictive intervals (regression). A class label has no sd
+    or interval: for a classifier they raise a ``ConfigError`` that points to ``probs`` and
+    the entropies.
+
     Attributes
     ----------
     draws : dict
-        Site name -> draws shaped (num_samples, *site_shape), for every predicted site.
+        Site name -> draws shaped ``(num_samples, *site_shape)``, for every predicted site.
     site : str
         The site the summaries describe.
     kind : "regression" | "classification"
@@ -52,10 +56,6 @@ class PredictiveResult:
         entropy, expected entropy, mutual information (nats).
     probs : array or None
         Classification: posterior-mean class probabilities per point.
-
-    :meth:`interval` gives central predictive intervals (regression). A class label has no sd
-    or interval: for a classifier they raise a ``ConfigError`` that points to ``probs`` and
-    the entropies.
 
     Example
     -------

@@ -148,7 +148,7 @@ class Enumeration:
 
 def posterior_draws(density, flat: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     """Draws of the discrete sites, one per flat draw of θ shaped (chain, draw, dim): a dict
-    of NumPy arrays shaped (chain, draw, *site shape). ``density`` is the model's
+    of NumPy arrays shaped ``(chain, draw, *site shape)``. ``density`` is the model's
     :class:`~ppl_bdl.trace.layout.ModelDensity` (with its enumeration)."""
     enum, be, layout = density.enumeration, density.backend, density.layout
     chains, draws, dim = flat.shape

@@ -165,10 +165,10 @@ def _inverse(site: SiteRecord, value, backend):
 class ModelDensity:
     """The model's potential energy and its replays, with the data's arrays passed explicitly.
 
-    U(θ) = −log p(θ, D) − log|J| for a flat unconstrained θ or a tuple of per-site blocks
+    ``U(θ) = −log p(θ, D) − log|J|`` for a flat unconstrained θ or a tuple of per-site blocks
     (:meth:`potential`), or for a dict of unconstrained site values (:meth:`site_potential`).
     ``batch`` maps a plate name to minibatch indices: the sites in that plate are scaled by
-    N / |batch| (the chapter's Eq. 2.8), so U is an unbiased estimate of the full-data
+    ``N / |batch|`` (Eq. 2.8 of "Bayesian Computation in Deep Learning"), so U is an unbiased estimate of the full-data
     potential. ``exclude`` leaves the named latent sites' own log density out (see
     ``Evaluator``). The model's ``param`` values are ``params``, or those passed per call (VI
     optimises them).

@@ -5,8 +5,8 @@ For a plate of points i = 1..B (a minibatch of the data plate),
 log p(θ, z, x) = log p(θ) + Σ_i log p(x_i, z_i | θ): :class:`PointDensity` returns the first
 term (everything outside the plate, log-Jacobians included) and the vector of the B terms of the
 second, unscaled: whoever uses them scales them (N/B for a minibatch) and combines them per point
-(the IWAE bound takes a log-mean-exp over particles per point, Burda et al. 2015; the chapter's
-Eq. 3.18).
+(the IWAE bound takes a log-mean-exp over particles per point, Burda et al. 2015; Eq. 3.18 of
+"Bayesian Computation in Deep Learning").
 
 Example
 -------

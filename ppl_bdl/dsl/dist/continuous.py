@@ -38,7 +38,7 @@ class Normal(Distribution):
 
 
 class HalfNormal(Distribution):
-    """|N(0, scale²)| on the positive reals."""
+    """``|N(0, scale²)|`` on the positive reals."""
 
     arg_constraints = {"scale": C.positive}
     support = C.positive
@@ -57,7 +57,7 @@ class Cauchy(Distribution):
 
 
 class HalfCauchy(Distribution):
-    """|Cauchy(0, scale)| on the positive reals."""
+    """``|Cauchy(0, scale)|`` on the positive reals."""
 
     arg_constraints = {"scale": C.positive}
     support = C.positive
@@ -76,7 +76,7 @@ class StudentT(Distribution):
 
 
 class HalfStudentT(Distribution):
-    """|StudentT(df, 0, scale)| on the positive reals (Stan's ``student_t`` with ``<lower=0>``)."""
+    """``|StudentT(df, 0, scale)|`` on the positive reals (Stan's ``student_t`` with ``<lower=0>``)."""
 
     arg_constraints = {"df": C.positive, "scale": C.positive}
     support = C.positive

@@ -211,7 +211,7 @@ def lift(
         (``jax.vmap(module)(x)``, equinox's convention of modules that take one example).
     prior : scale, distribution or fan function, optional
         The prior of each Bayesian parameter (default N(0, 1)); see :mod:`ppl_bdl.dsl.nn.priors`.
-        Fans follow the (out, in, *kernel) layout of torch and equinox; a bias takes its weight's.
+        Fans follow the ``(out, in, *kernel)`` layout of torch and equinox; a bias takes its weight's.
     priors : dict, optional
         Per-parameter overrides, name pattern -> prior (``{"*.bias": 0.1}``); the first match wins.
     bayesian : pattern, list of patterns or predicate, optional

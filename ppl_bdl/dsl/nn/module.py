@@ -26,6 +26,7 @@ from ppl_bdl.errors import ModelError
 
 Array = Any
 
+#: The names ``activation=`` accepts, each with its backend-neutral function.
 ACTIVATIONS: dict[str, Callable] = {
     "relu": bm.relu,
     "tanh": bm.tanh,

@@ -11,7 +11,7 @@ sites, and the parameters of every site's distribution are read off the trace.
      x = 0, each column of ``A`` at a unit vector, and a random x and −x/2 must give
      ``A x + b``;
    - or it is a Normal latent *indexed* by a Categorical assignment, ``locs[z]`` (the mixture
-     of the thesis's Section 4.4): checked at random distinct ``locs`` and random ``z``;
+     of Section 4.4 of "Advancements in Variational Inference"): checked at random distinct ``locs`` and random ``z``;
    - a Normal site's precision 1 / scale² is ``c · τ`` for one element of a Gamma latent τ
      (a fixed map, e.g. one τ for all points), or ``c · τ[z]``; an InverseGamma latent v
      enters as the variance ``scale² = v / c`` (its precision 1/v is Gamma-distributed);

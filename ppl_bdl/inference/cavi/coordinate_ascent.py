@@ -2,8 +2,8 @@
 
 ``fit(bound, method="cavi")`` recognises the model's conjugate structure by probing it
 (:mod:`.conjugacy`: Normal-Normal with an affine mean, Normal-Gamma, InverseGamma variances,
-Dirichlet-Categorical, and Gaussian mixtures with Categorical assignments as in the thesis's
-Section 4.4), then maximises the ELBO over the mean-field family (the thesis's Eq. 38-39) one
+Dirichlet-Categorical, and Gaussian mixtures with Categorical assignments as in Section 4.4 of
+"Advancements in Variational Inference"), then maximises the ELBO over the mean-field family (Eq. 38-39 of "Advancements in Variational Inference") one
 factor at a time, each in closed form (Eq. 47-49; the updates in :mod:`.cavi_updates`), until
 the ELBO's relative change is below ``tol`` or ``num_steps`` sweeps have run. Another model is
 refused with a ConfigError naming the latent site whose complete conditional is not conjugate.
@@ -76,8 +76,8 @@ def run_cavi(
 ):
     """Fit ``setup``'s model by CAVI; a :class:`~ppl_bdl.posterior.posterior.Posterior` (see
     the module). The settings are checked by :class:`~ppl_bdl.inference.cavi.method.CAVI`:
-    ``num_steps`` (the most sweeps), ``tol`` (stop when (ELBO_t − ELBO_{t−1}) / |ELBO_t| <
-    tol), ``restarts`` (runs from that many starts, seeds ``seed``, ``seed + 1``, ..., and
+    ``num_steps`` (the most sweeps), ``tol`` (stop when ``(ELBO_t − ELBO_{t−1}) / |ELBO_t| <
+    tol``), ``restarts`` (runs from that many starts, seeds ``seed``, ``seed + 1``, ..., and
     keeps the one with the highest final ELBO; CAVI, like EM, reaches a local optimum, and the
     starts of a mixture differ in where its component means begin).
     """

@@ -77,7 +77,7 @@ class CAVIFactors:
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def sample(self, n: int, seed: int = 0) -> dict[str, np.ndarray]:
-        """``n`` draws of every latent site from q, shaped (n, *site_shape)."""
+        """``n`` draws of every latent site from q, shaped ``(n, *site_shape)``."""
         rng = np.random.default_rng(seed)
         out = {}
         for name, lat in self.latents.items():
@@ -104,7 +104,7 @@ class CAVIFactors:
         return self.unconstrain(self.sample(n, seed))
 
     def unconstrain(self, draws: dict[str, np.ndarray]) -> np.ndarray:
-        """Constrained draws (n, *shape) of every continuous site as flat unconstrained rows."""
+        """Constrained draws ``(n, *shape)`` of every continuous site as flat unconstrained rows."""
         be, parts = self.backend, []
         with be.scope(), be.activate():
             for slot in self.layout.slots:

@@ -1,21 +1,21 @@
 """CAVI's closed-form coordinate updates and its ELBO, written once on the backend's math.
 
-For a model recognised by :mod:`.conjugacy`, the mean-field family (the thesis's Eq. 38; a
+For a model recognised by :mod:`.conjugacy`, the mean-field family (Eq. 38 of "Advancements in Variational Inference"; a
 Normal site's elements form one block, Eq. 39) is q = ∏_j q_j with q_j in the family of latent
 j's complete conditional: a Normal N(mean, cov) per Normal site (its precision P and linear
 term h accumulated from its factors, cov = P⁻¹, mean = cov h), a Gamma(A, B) for a Gamma
 precision τ (for an InverseGamma variance v, q(v) is InverseGamma(A, B), i.e. 1/v ~ Gamma(A, B)),
 a Dirichlet(α) per Dirichlet row, a Categorical (probs = softmax(logits)) per assignment.
 
-The update of q_j is the thesis's Eq. 49: argmax of the ELBO over q_j with the other factors
+The update of q_j is Eq. 49 of "Advancements in Variational Inference": argmax of the ELBO over q_j with the other factors
 held, which for a conjugate complete conditional is q_j ∝ exp E_{-j}[log p(x, θ)] (Blei,
 Kucukelbir & McAuliffe 2017, Eq. 18): its natural parameters are the prior's plus each child
-factor's expected sufficient statistics. For the Gaussian mixture of the thesis's Section 4.4
+factor's expected sufficient statistics. For the Gaussian mixture of Section 4.4 of "Advancements in Variational Inference"
 they are its two updates, of the responsibilities φ and of the components, generalised from its
 unit-variance components to Gamma precisions and Dirichlet weights: log φ_ik = E[log π_k]
 + ½E[log τ_k] − ½E[τ_k] E[(x_i − μ_k)²] + const, and μ_k's precision 1/s₀² + Σ_i φ_ik E[τ_k].
 
-The ELBO (the thesis's Eq. 44) is evaluated in closed form: Σ over factors of E_q[log p(site |
+The ELBO (Eq. 44 of "Advancements in Variational Inference") is evaluated in closed form: Σ over factors of E_q[log p(site |
 parents)] plus the entropy of every q_j. Each coordinate update can only raise it.
 
 Example
@@ -89,7 +89,7 @@ class CAVIProgram:
         N(0, I)), the assignments at uniform responsibilities, and the means of mixture
         components apart: at data points picked by k-means++ seeding (Arthur & Vassilvitskii
         2007) from an observed site that mixes over them, else at a prior draw. A sweep updates
-        the assignments first, as the thesis's Section 4.4 does from its random means."""
+        the assignments first, as Section 4.4 of "Advancements in Variational Inference" does from its random means."""
         state = {}
         for name, lat in self.latents.items():
             f = self.model.factors[self.own[name]]
@@ -170,7 +170,7 @@ class CAVIProgram:
             return c["logp"]
         return c["R"] @ self.expect(f.probs.parents[0], state)["logpi"]
 
-    # -- the coordinate updates (the thesis's Eq. 49) -------------------------------------
+    # -- the coordinate updates (Eq. 49 of "Advancements in Variational Inference") -------------------------------------
     def update(self, name: str, state: dict, consts: list) -> dict:
         """q_name's optimum given every other factor of ``state``."""
         family, m = self.latents[name].family, self.m
@@ -230,7 +230,7 @@ class CAVIProgram:
             state[name] = self.update(name, state, consts)
         return state, self.elbo(state, consts)
 
-    # -- the ELBO (the thesis's Eq. 44) ---------------------------------------------------
+    # -- the ELBO (Eq. 44 of "Advancements in Variational Inference") ---------------------------------------------------
     def elbo(self, state: dict, consts: list):
         m = self.m
         total = 0.0

@@ -1,4 +1,4 @@
-"""Energy-based models trained with Langevin chains on their inputs (the chapter's Section 3.1).
+"""Energy-based models trained with Langevin chains on their inputs (Section 3.1 of "Bayesian Computation in Deep Learning").
 
 :func:`fit` trains an energy network E_θ(x) (a :mod:`ppl_bdl.dsl.nn` network or a lifted module) on
 data by Algorithm 3: short runs of a project SG-MCMC kernel on the inputs (``sgld``: Eq. 3.7),

@@ -1,10 +1,10 @@
 """Langevin chains on the inputs of an energy-based model, with the project's SG-MCMC kernels.
 
-Sampling x̃ ~ p_θ(x) needs only ∇_x log p_θ(x) = −∇_x E_θ(x): Z_θ does not depend on x (the
-chapter, Eq. 3.6). A registered kernel (``sgld``, ``sghmc``, ``psgld``, ...;
+Sampling x̃ ~ p_θ(x) needs only ∇_x log p_θ(x) = −∇_x E_θ(x): Z_θ does not depend on x ("Bayesian Computation in Deep Learning",
+Eq. 3.6). A registered kernel (``sgld``, ``sghmc``, ``psgld``, ...;
 :mod:`ppl_bdl.inference.mcmc.kernels`) runs on the batch of inputs as its position, with the potential
 U(x_1..B) = Σ_b E_θ(x_b): the chains are independent (U is a sum), and with ``sgld`` each step is
-the chapter's Eq. 3.7, x_{k+1} = x_k − α_k ∇_x E_θ(x_k) + √(2 α_k) ε_k, ε_k ~ N(0, I) (the noise
+Eq. 3.7 of "Bayesian Computation in Deep Learning", x_{k+1} = x_k − α_k ∇_x E_θ(x_k) + √(2 α_k) ε_k, ε_k ~ N(0, I) (the noise
 as the text gives it: temperature 1). The step sizes α_k follow a schedule of
 :mod:`ppl_bdl.inference.mcmc.schedules` over the chain's K steps. The kernel's "minibatch" argument carries θ.
 

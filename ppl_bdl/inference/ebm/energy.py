@@ -1,6 +1,6 @@
 """The energy E_θ(x) of an energy-based model, as a pure function of its parameters and inputs.
 
-An energy-based model defines p_θ(x) = exp(−E_θ(x)) / Z_θ (the chapter, Eq. 3.1), with E_θ a
+An energy-based model defines p_θ(x) = exp(−E_θ(x)) / Z_θ ("Bayesian Computation in Deep Learning", Eq. 3.1), with E_θ a
 network. Here E_θ is a :mod:`ppl_bdl.dsl.nn` network (or a torch / equinox module lifted with
 :func:`ppl_bdl.dsl.nn.lift`) that maps a batch of inputs (B, *event) to one number per input, (B,) or
 (B, 1). Its weight sites are the parameters θ; outside a model they are plain arrays given by site

@@ -2,7 +2,7 @@
 
 :func:`ppl_bdl.inference.ebm.fit` returns an :class:`EnergyModel`; one can also be built from given
 parameters (a fixed energy, e.g. to check a sampler). ``model.sample(n)`` runs the EBM's kernel on
-n chains of the inputs (the chapter's Eq. 3.7 with ``sgld``) through the project's loop.
+n chains of the inputs (Eq. 3.7 of "Bayesian Computation in Deep Learning" with ``sgld``) through the project's loop.
 
 Example
 -------
@@ -48,7 +48,7 @@ class EnergyModel:
     Parameters
     ----------
     network : ppl_bdl.dsl.nn.Module
-        E(x): a :mod:`ppl_bdl.dsl.nn` network or a lifted module, (B, *event) -> (B,) or (B, 1).
+        E(x): a :mod:`ppl_bdl.dsl.nn` network or a lifted module, ``(B, *event)`` -> (B,) or (B, 1).
     params : dict
         Site name -> array, one per weight site of ``network`` (``network.sites()``).
     event_shape : tuple of int
@@ -66,7 +66,7 @@ class EnergyModel:
     Attributes
     ----------
     params : dict of NumPy arrays
-    buffer : NumPy array (M, *event) or None
+    buffer : NumPy array ``(M, *event)`` or None
         The persistent chains at the end of training.
     losses : NumPy array (T,) or None
         E_θ(x⁺) − E_θ(x⁻), the minibatch mean of each training step.
@@ -132,7 +132,7 @@ class EnergyModel:
         )
 
     def energy(self, x) -> np.ndarray:
-        """E_θ(x) for the rows of ``x`` (n, *event): a NumPy array (n,).
+        """E_θ(x) for the rows of ``x`` ``(n, *event)``: a NumPy array (n,).
 
         Example
         -------
@@ -174,14 +174,14 @@ class EnergyModel:
         start : "buffer", "noise" or array, optional
             Where the chains start: rows of the replay buffer (the default after a persistent
             fit: the chains go on from where training left them), uniform noise in ``box``
-            (the default otherwise: short-run samples, as in training), or given points (n,
-            *event).
+            (the default otherwise: short-run samples, as in training), or given points
+            ``(n, *event)``.
         seed : int
             Same seed, same draws (on the same backend).
 
         Returns
         -------
-        NumPy array (n, *event)
+        NumPy array ``(n, *event)``
         """
         n = _count("n", n)
         steps = self.chain.chain_steps if steps is None else _count("steps", steps)

@@ -1,4 +1,4 @@
-"""Training an energy-based model by the chapter's Algorithm 3, on the project's one loop.
+"""Training an energy-based model by Algorithm 3 of "Bayesian Computation in Deep Learning", on the project's one loop.
 
 p_θ(x) = exp(−E_θ(x)) / Z_θ (Eq. 3.1) is fitted by maximum likelihood (Eq. 3.2). The gradient of
 log p_θ(x) holds ∇_θ log Z_θ = −E_{x̃ ~ p_θ}[∇_θ E_θ(x̃)] (Eqs. 3.3-3.4), estimated with samples
@@ -90,15 +90,15 @@ def fit(
     progress: bool = False,
     **chain_options: Any,
 ) -> EnergyModel:
-    """Train the energy network ``energy`` on the points ``X`` by Algorithm 3 of the chapter.
+    """Train the energy network ``energy`` on the points ``X`` by Algorithm 3 of "Bayesian Computation in Deep Learning".
 
     Parameters
     ----------
     energy : ppl_bdl.dsl.nn.Module
         E_θ(x): a :mod:`ppl_bdl.dsl.nn` network or a lifted torch/equinox module (:func:`nn.lift`,
-        on its own library's backend) mapping (B, *event) to (B,) or (B, 1). Training starts
+        on its own library's backend) mapping ``(B, *event)`` to (B,) or (B, 1). Training starts
         from one draw of its priors (use ``prior=nn.he_normal()``), or a lifted module's values.
-    X : array (N, *event)
+    X : array ``(N, *event)``
         The data: N points (rows), e.g. (N, 2) or images (N, C, H, W).
     backend : str
         "numpyro" or "pyro" (default: the default backend).

@@ -2,8 +2,8 @@
 
 ``batch_size=B`` at fit time subsamples the plate that holds the observed sites
 (:func:`ppl_bdl.inference.setup.minibatch_plate` finds and checks it): each step it yields B
-indices of the current epoch's permutation, and the sites in it are scaled by N / B (the
-chapter's Eq. 2.19), which keeps the log-likelihood and its gradient unbiased. This module is a
+indices of the current epoch's permutation, and the sites in it are scaled by N / B (Eq. 2.19
+of "Bayesian Computation in Deep Learning"), which keeps the log-likelihood and its gradient unbiased. This module is a
 leaf: the driver reads its index blocks and nothing else.
 """
 

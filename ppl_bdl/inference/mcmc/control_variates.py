@@ -6,7 +6,7 @@ position then) and the full-data gradient ∇U(θ̃). Between refreshes each ste
 
     ĝ(θ) = ∇U(θ̃) + ∇Ũ_B(θ) − ∇Ũ_B(θ̃),
 
-with Ũ_B the minibatch potential of the chapter's Eq. 2.8 (prior + N/n × the minibatch's
+with Ũ_B the minibatch potential of Eq. 2.8 of "Bayesian Computation in Deep Learning" (prior + N/n × the minibatch's
 log-likelihood) on the step's minibatch B. It is unbiased for ∇U(θ), and its variance shrinks
 with ‖θ − θ̃‖: near the anchor the minibatch noise cancels. The cost is a second minibatch
 gradient per step and one full-data gradient per period (one more pass over the data per epoch).

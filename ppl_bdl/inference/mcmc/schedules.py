@@ -7,9 +7,9 @@ schedule once for the steps of a chunk and feeds the step sizes to the kernel.
 
 - :func:`constant_step_size`: α_t = α_0.
 - :func:`polynomial_step_size`: α_t = a (b + t)^(−γ), γ ∈ (0.5, 1], so Σ α_t = ∞ and Σ α_t² < ∞
-  (Welling and Teh, 2011; the chapter, after Eq. 2.9). ``a`` is set so that α_0 = ``step_size``.
-- :func:`cyclical_step_size`: α_t = α_0/2 [cos(π mod(t, ⌈T/M⌉) / ⌈T/M⌉) + 1] (the chapter's
-  Eq. 2.10, Zhang et al. 2020, with the counter shifted to start at 0), M = ``num_cycles``.
+  (Welling and Teh, 2011; "Bayesian Computation in Deep Learning", after Eq. 2.9). ``a`` is set so that α_0 = ``step_size``.
+- :func:`cyclical_step_size`: α_t = α_0/2 [cos(π mod(t, ⌈T/M⌉) / ⌈T/M⌉) + 1] (Eq. 2.10 of
+  "Bayesian Computation in Deep Learning", Zhang et al. 2020, with the counter shifted to start at 0), M = ``num_cycles``.
 - :func:`cyclical_exploring`: whether step ``t`` lies in the exploration stage of its cycle (the
   first fraction β of each cycle, Zhang et al. 2020, Algorithm 1).
 
@@ -129,7 +129,7 @@ def _cycle_fraction(t, num_steps: int, num_cycles: int):
 
 
 def cyclical_step_size(step_size: float, num_steps: int, num_cycles: int) -> Schedule:
-    """The cosine cyclical schedule of the chapter's Eq. 2.10 (Zhang et al., 2020).
+    """The cosine cyclical schedule of Eq. 2.10 of "Bayesian Computation in Deep Learning" (Zhang et al., 2020).
 
     α_t = α_0/2 [cos(π mod(t, ⌈T/M⌉) / ⌈T/M⌉) + 1] for t = 0, ..., T − 1 (Eq. 2.10 counts from 1).
 

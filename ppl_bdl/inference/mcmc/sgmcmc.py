@@ -3,7 +3,7 @@
 :class:`SGMCMCConfig` checks a fit's SG-MCMC settings once, before anything runs.
 :func:`sgmcmc_transition` builds the per-chain transition every runner shares (``fit``'s driver,
 and the native adapters that let ``numpyro.infer.MCMC`` / ``pyro.infer.MCMC`` drive our
-kernels): the kernel gets the minibatch potential Ũ(θ) of the chapter's Eq. 2.8 and its gradient,
+kernels): the kernel gets the minibatch potential Ũ(θ) of Eq. 2.8 of "Bayesian Computation in Deep Learning" and its gradient,
 and each step's size α_0 × the schedule's shape at the step counter (:func:`unit_schedule`,
 evaluated in the compiled step; α_0 a runtime input).
 :func:`run_sgmcmc` plans the run (warmup, thinning, the sampling stages of cyclical kernels) and

@@ -5,14 +5,14 @@ guide over the flat unconstrained latent vector and the model's potential U(θ) 
 log|J| (:class:`~ppl_bdl.trace.layout.ModelDensity`). With log weights log w_k = −U(θ_k) − log q(θ_k),
 θ_k ~ q reparameterised:
 
-- ``elbo``: the Monte Carlo ELBO, mean_k log w_k (the chapter's Eq. 2.15). Sites whose prior is a
+- ``elbo``: the Monte Carlo ELBO, mean_k log w_k (Eq. 2.15 of "Bayesian Computation in Deep Learning"). Sites whose prior is a
   Normal with fixed parameters, outside plates, under a mean-field guide, have their KL term in
   closed form: KL[N(μ, σ²) ‖ N(m, s²)] = log(s/σ) + (σ² + (μ − m)²)/(2s²) − ½, which for m = 0,
   s² = 1/λ is Σ_i [−log σ_i + ½λσ_i² + ½λμ_i² + ½ log(1/λ) − ½] (the literature's note, 002).
-- ``renyi``: the variational Rényi bound 1/(1−α) log (1/K) Σ_k w_k^{1−α} (Li & Turner 2016; the
-  chapter's Eq. 2.21); α → 1 is the ELBO, α = 0 the IWAE bound.
-- ``iwae``: log (1/K) Σ_k w_k with K = ``num_particles`` (Burda et al. 2015; the chapter's
-  Eq. 3.18).
+- ``renyi``: the variational Rényi bound 1/(1−α) log (1/K) Σ_k w_k^{1−α} (Li & Turner 2016; Eq. 2.21
+  of "Bayesian Computation in Deep Learning"); α → 1 is the ELBO, α = 0 the IWAE bound.
+- ``iwae``: log (1/K) Σ_k w_k with K = ``num_particles`` (Burda et al. 2015; Eq. 3.18 of
+  "Bayesian Computation in Deep Learning").
 
 ``gradient`` picks the ELBO's gradient estimator: "total" (the default), the gradient of the
 Monte Carlo ELBO as written; "path", the path derivative ("sticking the landing", Roeder, Wu and

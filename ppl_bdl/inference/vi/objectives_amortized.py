@@ -5,12 +5,12 @@ With the global latents θ drawn once from their guide, the minibatch's points i
 particles z_i^(k) ~ q(z_i | x_i) per point, log w_ik = log p(x_i, z_i^(k) | θ) − log q(z_i^(k) |
 x_i), and the bound of point i is
 
-- ``elbo``: mean_k log w_ik (the chapter's Eq. 3.16-3.17; Algorithm 4). A local site whose
+- ``elbo``: mean_k log w_ik (Eq. 3.16-3.17 of "Bayesian Computation in Deep Learning"; Algorithm 4). A local site whose
   prior is a Normal with fixed parameters has its KL term in closed form, as Algorithm 4's line 5
   (``kl="auto"``, the default; ``kl="mc"`` keeps it Monte Carlo);
-- ``iwae``: log (1/K) Σ_k w_ik (Burda et al. 2015; the chapter's Eq. 3.18): a tighter bound,
+- ``iwae``: log (1/K) Σ_k w_ik (Burda et al. 2015; Eq. 3.18 of "Bayesian Computation in Deep Learning"): a tighter bound,
   non-decreasing in K, tending to log p(x_i | θ);
-- ``renyi``: 1/(1−α) log (1/K) Σ_k w_ik^{1−α} (Li & Turner 2016; the chapter's Eq. 2.21).
+- ``renyi``: 1/(1−α) log (1/K) Σ_k w_ik^{1−α} (Li & Turner 2016; Eq. 2.21 of "Bayesian Computation in Deep Learning").
 
 Under ``gradient="path"`` (the ELBO only; :mod:`ppl_bdl.inference.vi.objectives`) the gradient is the path
 derivative (Roeder, Wu and Duvenaud 2017, Eq. 8): log q(z_i | x_i) is evaluated at the draw

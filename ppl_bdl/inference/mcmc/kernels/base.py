@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-#: ``value_and_grad(position, minibatch) -> (Ũ, ∇Ũ)``: the minibatch potential of the chapter's
-#: Eq. 2.8 and its gradient (of the position's shape) at a position: one flat array, or a tuple
+#: ``value_and_grad(position, minibatch) -> (Ũ, ∇Ũ)``: the minibatch potential of Eq. 2.8
+#: of "Bayesian Computation in Deep Learning" and its gradient (of the position's shape) at a position: one flat array, or a tuple
 #: of per-site blocks (:mod:`ppl_bdl.inference.mcmc.blocks`). The driver builds it from the model and passes it
 #: to the kernel's factory (as BlackJAX passes its gradient estimator).
 ValueAndGrad = Callable[[Any, Any], tuple[Any, Any]]

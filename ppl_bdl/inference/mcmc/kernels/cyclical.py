@@ -1,6 +1,6 @@
 """Cyclical SG-MCMC: cSGLD and cSGHMC (Zhang, Li, Zhang, Chen and Wilson, 2020).
 
-The step size follows the cosine cycles of the chapter's Eq. 2.10 with M = ``num_cycles``; the
+The step size follows the cosine cycles of Eq. 2.10 of "Bayesian Computation in Deep Learning" with M = ``num_cycles``; the
 first fraction β (``exploration``) of each cycle explores (large steps, no injected noise, as
 SGD/SGD-with-momentum) and the rest samples (SGLD/SGHMC steps, draws kept). The driver keeps draws
 only in sampling stages and lengthens the run so that ``num_samples`` draws are kept.

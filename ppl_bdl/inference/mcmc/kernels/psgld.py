@@ -3,7 +3,7 @@
 V ← ρ V + (1 − ρ) ḡ ⊙ ḡ,  G = diag(1 / (λ + √V)),
 θ ← θ − α_t G ∇Ũ(θ) + √(2 α_t T G) ε,
 
-i.e. Li et al.'s Algorithm 1 in the step-size convention of the chapter's Eq. 2.9 (their ε_t/2
+i.e. Li et al.'s Algorithm 1 in the step-size convention of Eq. 2.9 of "Bayesian Computation in Deep Learning" (their ε_t/2
 is our α_t). The preconditioner is in the drift and in the noise; as in their experiments the
 correction term Γ(θ) (derivatives of G, small when ρ is close to 1) is left out. V averages the
 squared gradient of Ũ itself (Li et al. average the per-datum mean gradient, N times smaller),

@@ -109,6 +109,7 @@ def available() -> list[str]:
 
 
 def get(name: str) -> KernelEntry:
+    """The kernel registered as ``name``; a ``ConfigError`` lists the methods otherwise."""
     if name not in _REGISTRY:
         raise one_of("method", name, [*_REGISTRY, "vi", "cavi", "ensemble"])
     return _REGISTRY[name]

@@ -1,4 +1,4 @@
-"""Stochastic gradient Hamiltonian Monte Carlo (Chen et al., 2014; the chapter's Eq. 2.11-2.12).
+"""Stochastic gradient Hamiltonian Monte Carlo (Chen et al., 2014; Eq. 2.11-2.12 of "Bayesian Computation in Deep Learning").
 
 Eq. 2.12 is second-order Langevin dynamics with friction C and a diagonal mass M:
 dθ = M⁻¹ r dt,  dr = −∇U(θ) dt − C M⁻¹ r dt + √(2C) dW.

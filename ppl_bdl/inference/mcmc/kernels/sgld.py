@@ -1,4 +1,4 @@
-"""Stochastic gradient Langevin dynamics (Welling and Teh, 2011; the chapter's Eq. 2.9).
+"""Stochastic gradient Langevin dynamics (Welling and Teh, 2011; Eq. 2.9 of "Bayesian Computation in Deep Learning").
 
 θ_{t+1} = θ_t − α_t ∇Ũ(θ_t) + √(2 α_t T) ε_t,  ε_t ~ N(0, I),
 
@@ -34,7 +34,7 @@ def langevin_update(key, position, grad, step_size, noise_scale):
 
 @register("sgld", blocks=True)
 def sgld(value_and_grad: ValueAndGrad, temperature: float = 1.0) -> Kernel:
-    """SGLD (Welling and Teh, 2011): θ ← θ − α_t ∇Ũ(θ) + √(2 α_t T) ε (the chapter's Eq. 2.9).
+    """SGLD (Welling and Teh, 2011): θ ← θ − α_t ∇Ũ(θ) + √(2 α_t T) ε (Eq. 2.9 of "Bayesian Computation in Deep Learning").
 
     Parameters
     ----------

@@ -2,14 +2,14 @@
 local latent sites of the data plate (one z_i per point).
 
 An amortized guide replaces N sets of free variational parameters of a per-point latent by one
-network g_φ(x) = [μ_φ(x), ρ_φ(x)], σ = softplus(ρ), that maps a point's inputs to them: the chapter's
-Section 3.3.1 and Algorithm 4 (a variational auto-encoder; Kingma & Welling 2014, Rezende et al.
+network g_φ(x) = [μ_φ(x), ρ_φ(x)], σ = softplus(ρ), that maps a point's inputs to them: Section 3.3.1 of
+"Bayesian Computation in Deep Learning" and Algorithm 4 (a variational auto-encoder; Kingma & Welling 2014, Rezende et al.
 2014). A step encodes only the minibatch's points, so it costs O(B), and a new point is encoded
 by one pass (``post.encode(X)``). The model's other latents (its global ones: a Bayesian
 decoder's weights) keep a global guide over the flat unconstrained vector of their own
 (``global_guide``, mean-field by default; ``"delta"`` is MAP); its ``bdl.param`` sites are fitted
 as point estimates as in every VI fit. The objectives (:mod:`ppl_bdl.inference.vi.objectives_amortized`)
-take the ELBO, IWAE or Rényi bound per point (the chapter's Eq. 3.16-3.18).
+take the ELBO, IWAE or Rényi bound per point (Eq. 3.16-3.18 of "Bayesian Computation in Deep Learning").
 
 Example
 -------
@@ -60,9 +60,9 @@ class Amortized:
     ----------
     encoder : ppl_bdl.dsl.nn.Module
         A :mod:`ppl_bdl.dsl.nn` network or a lifted torch / equinox module (:func:`ppl_bdl.dsl.nn.lift`)
-        that maps a batch of inputs (B, *event) to (B, 2·d): [μ, ρ] of q(z_i | x_i) with σ =
+        that maps a batch of inputs ``(B, *event)`` to (B, 2·d): [μ, ρ] of q(z_i | x_i) with σ =
         softplus(ρ), d the number of unconstrained coordinates of one point's local sites, in the
-        order of ``sites``. (The chapter's g_φ(x) = [μ, log σ], Section 3.3.1, with softplus in
+        order of ``sites``. ("Bayesian Computation in Deep Learning" has g_φ(x) = [μ, log σ], Section 3.3.1, with softplus in
         place of exp, as the mean-field guide's σ: σ then grows linearly in the encoder's last
         layer, not exponentially, and the first steps on inputs that are not standardised do
         not overflow.) Its weights are the guide's parameters,
@@ -222,7 +222,7 @@ class AmortizedGuide(Guide):
 
     def local_sites(self, z) -> dict[str, Any]:
         """Rows of local coordinates z (R, d) -> each local site's unconstrained values
-        (R, *point shape)."""
+        ``(R, *point shape)``."""
         rows = int(z.shape[0])
         sizes = [size for _, _, size in self.local]
         pieces = self.m.split(z, sizes, axis=-1) if len(sizes) > 1 else [z]

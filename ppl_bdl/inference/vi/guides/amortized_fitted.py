@@ -2,7 +2,7 @@
 the encoder as the proposal (``post.encode(X)``, ``post.log_marginal(X)``).
 
 log p(x_i) = log E_{q(z|x_i)}[p(x_i, z) / q(z | x_i)] ≈ log (1/K) Σ_k w_ik, z_ik ~ q(z | x_i):
-the IWAE bound with K particles (Burda et al. 2015; the chapter's Eq. 3.18), which tends to log
+the IWAE bound with K particles (Burda et al. 2015; Eq. 3.18 of "Bayesian Computation in Deep Learning"), which tends to log
 p(x_i) as K grows, from below (Jensen). Its Monte Carlo standard error per point is, by the delta
 method, √(1/ESS_i − 1/K) with ESS_i = (Σ_k w_ik)² / Σ_k w_ik² (the effective sample size of the
 weights). A model with global latents θ (a Bayesian decoder) draws θ_k from its guide per

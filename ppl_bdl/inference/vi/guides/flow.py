@@ -9,8 +9,8 @@ F_φ is a stack of ``num_layers`` affine layers followed by an elementwise affin
   from a MADE network (Germain et al. 2015), so coordinate i depends on coordinates before it in
   the layer's ordering; orderings alternate between layers.
 
-Both have triangular Jacobians, so log q is the change-of-variables density of the chapter's
-Section 2.2.2, q(θ) = q₀(F⁻¹(θ)) |det ∂F⁻¹/∂θ| (Rezende & Mohamed 2015; Papamakarios et al. 2021).
+Both have triangular Jacobians, so log q is the change-of-variables density of Section 2.2.2 of
+"Bayesian Computation in Deep Learning", q(θ) = q₀(F⁻¹(θ)) |det ∂F⁻¹/∂θ| (Rezende & Mohamed 2015; Papamakarios et al. 2021).
 Log-scales are softly clamped to ±``max_log_scale`` for stable training. The layers are neutral
 code (``self.m`` is the backend's math), identical on every backend.
 

@@ -1,5 +1,5 @@
-"""Low-rank plus diagonal Gaussian guide: q(θ) = N(μ, L Lᵀ + D) (Tomczak et al. 2020; the
-chapter's Eq. 2.22), parameterised as L = D^½ F so that the factor F is relative to the
+"""Low-rank plus diagonal Gaussian guide: q(θ) = N(μ, L Lᵀ + D) (Tomczak et al. 2020; Eq. 2.22
+of "Bayesian Computation in Deep Learning"), parameterised as L = D^½ F so that the factor F is relative to the
 diagonal scale: Σ = D^½ (I + F Fᵀ) D^½.
 
 With ``blocks="site"`` every latent site (a BNN layer) gets its own block N(μ_s, L_s L_sᵀ + D_s),

@@ -1,6 +1,6 @@
 """Mean-field Gaussian guide: q(θ) = ∏_i N(θ_i; μ_i, σ_i²), σ = softplus(ρ).
 
-Bayes by Backprop (Blundell et al. 2015; the chapter's Eq. 2.16), in the unconstrained space of
+Bayes by Backprop (Blundell et al. 2015; Eq. 2.16 of "Bayesian Computation in Deep Learning"), in the unconstrained space of
 every latent site. Draws are reparameterised, θ = μ + σ ⊙ ε with ε ~ N(0, I).
 
 Example

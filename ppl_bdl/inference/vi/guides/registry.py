@@ -31,10 +31,12 @@ def register(name: str, overwrite: bool = False):
 
 
 def available() -> list[str]:
+    """The guide names ``fit(method="vi", guide=...)`` accepts, built-in and registered."""
     return sorted(_REGISTRY)
 
 
 def get(name: str) -> Callable:
+    """The guide factory registered as ``name``; a ``ConfigError`` lists the names otherwise."""
     if name not in _REGISTRY:
         raise one_of("guide", name, list(_REGISTRY))
     return _REGISTRY[name]
