@@ -1,7 +1,8 @@
 """``fit``: one call for every inference method, on the backend and device named at fit time.
 
-A fit reads as four steps: **resolve** the method object (:func:`~ppl_bdl.inference.methods.
-resolve_method`; its options were checked when it was built) and where it runs
+A fit reads as four steps: **resolve** the method object
+(:func:`~ppl_bdl.inference.methods.resolve_method`; its options were checked when it was built)
+and where it runs
 (:class:`FitRequest`, an executor or none); **prepare** the model on the backend
 (:func:`~ppl_bdl.inference.setup.prepare`); **run** the method there, or hand its chains to an
 executor in groups; **diagnose** the result, whatever the path (:func:`diagnose`).
