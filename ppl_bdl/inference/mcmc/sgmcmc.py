@@ -5,7 +5,7 @@
 and the native adapters that let ``numpyro.infer.MCMC`` / ``pyro.infer.MCMC`` drive our
 kernels): the kernel gets the minibatch potential Ũ(θ) of the chapter's Eq. 2.8 and its gradient,
 and each step's size α_0 × the schedule's shape at the step counter (:func:`unit_schedule`,
-evaluated in the compiled step; α_0 a runtime input).
+evaluated in the compiled step; α_0 a loop input).
 :func:`run_sgmcmc` plans the run (warmup, thinning, the sampling stages of cyclical kernels) and
 hands it to :func:`ppl_bdl.inference.loop.driver.run_chains`.
 
