@@ -286,7 +286,7 @@ def natural_transition(
     dim = int(np.asarray(initial["loc"]).shape[0])
     lam_np, m0_np, const = _prior_terms(kl, dim)
     kind = _curvature_kind(config, labels)
-    gradients = GradientSource(be, potential, plate, data, example_indices, all_indices)
+    gradients = _GradientSource(be, potential, plate, data, example_indices, all_indices)
     with be.scope(), be.activate():
         estimate = _curvature_estimator(kind, gradients, dim, config, labels)
         lam, m0 = be.asarray(lam_np), be.asarray(m0_np)
@@ -400,7 +400,7 @@ def _curvature_average(kind: str, config: NaturalConfig, m, lam):
 
 
 @dataclass(frozen=True)
-class GradientSource:
+class _GradientSource:
     """What the curvature estimators differentiate: the potential ``potential(theta, data,
     indices, params)`` on the minibatched ``plate``, the run's ``data``, and example index
     arrays to trace with (``example_indices``: a minibatch's; ``all_indices``: every point)."""
@@ -431,7 +431,7 @@ class GradientSource:
         return be.trace(be.value_and_grad(total), example)
 
 
-def _curvature_estimator(kind: str, source: GradientSource, dim: int, config, labels):
+def _curvature_estimator(kind: str, source: _GradientSource, dim: int, config, labels):
     """The step's measurement ``(key, loc, σ, batch) -> (U, ∇U, h)`` at draws of θ from q: U
     and ∇U averaged over the draws, h the curvature of ``kind`` (the module's equations)."""
     if kind == "ggn":
@@ -443,7 +443,7 @@ def _curvature_estimator(kind: str, source: GradientSource, dim: int, config, la
     return _squared_gradient_estimator(source, dim)
 
 
-def _ggn_estimator(source: GradientSource, dim: int, n_data: float):
+def _ggn_estimator(source: _GradientSource, dim: int, n_data: float):
     """Curvature "ggn": the centred per-example squared gradients at the data, one draw of θ;
     their mean is the batch's ∇U."""
     be, m, potential, plate = source.backend, source.backend.math, source.potential, source.plate
@@ -470,7 +470,7 @@ def _ggn_estimator(source: GradientSource, dim: int, n_data: float):
     return estimate
 
 
-def _hessian_estimator(source: GradientSource, dim: int, pairs: int):
+def _hessian_estimator(source: _GradientSource, dim: int, pairs: int):
     """Curvature "hessian": the batch's gradients at K antithetic pairs μ ± σ ⊙ ε_k, h from
     their differences (Price's theorem)."""
     be, m = source.backend, source.backend.math
@@ -487,7 +487,7 @@ def _hessian_estimator(source: GradientSource, dim: int, pairs: int):
     return estimate
 
 
-def _fisher_estimator(source: GradientSource, dim: int, n_data: float, labels: SampledLabels):
+def _fisher_estimator(source: _GradientSource, dim: int, n_data: float, labels: SampledLabels):
     """Curvature "fisher": the batch's ∇U at the data, and h from each point's gradient at
     labels drawn from the model at the same θ (positions in the batch pick each point's labels
     out of the batch's draw)."""
@@ -520,7 +520,7 @@ def _fisher_estimator(source: GradientSource, dim: int, n_data: float, labels: S
     return estimate
 
 
-def _squared_gradient_estimator(source: GradientSource, dim: int):
+def _squared_gradient_estimator(source: _GradientSource, dim: int):
     """Vadam's h: the squared minibatch gradient of U at one draw of θ."""
     be, m = source.backend, source.backend.math
     value_and_grad = source.batch_value_and_grad(1, dim, source.example_indices)
