@@ -357,7 +357,7 @@ def transition_key(
     """What the transition's compiled step depends on: the model (:meth:`Setup.program_key`),
     the kernel and its settings, the settings the driver supplies that the kernel declares
     (``num_steps``, ``num_cycles``), the minibatch and the control variate. Not the step size
-    (a runtime input) nor the seed. None: the transition is not cached."""
+    (a loop input) nor the seed. None: the transition is not cached."""
     model = setup.program_key()
     if model is None:
         return None
