@@ -106,6 +106,9 @@ NATURAL_LR = {"vogn": 0.05, "vadam": 0.01}
 DEFAULT_BETAS = (0.9, 0.999)
 #: The per-step decay of the initial precision's weight in ŝ (one draw's weight at t = 0).
 INIT_DECAY = 0.9
+#: The plain optimizers' own options, and the value each has when not set (``bdl.VI`` passes
+#: gradient="total" to every run): a natural-gradient run refuses any other value.
+PLAIN_OPTIONS = {"momentum": None, "clip_norm": None, "gradient": "total"}
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,8 @@ def natural_options(optimizer: Any, run_opts: dict) -> bool:
     if optimizer not in OPTIMIZERS + NATURAL_OPTIMIZERS:
         raise one_of("optimizer", optimizer, OPTIMIZERS + NATURAL_OPTIMIZERS)
     natural = optimizer in NATURAL_OPTIMIZERS
-    given = [k for k in ("momentum", "clip_norm", "gradient") if k in run_opts] if natural else []
+    plain = [k for k, unset in PLAIN_OPTIONS.items() if run_opts.get(k, unset) != unset]
+    given = plain if natural else []
     given += [k for k in ("beta1", "beta2", "curvature") if k in run_opts and not natural]
     if given:
         applies = "optimizer='sgd'/'adam'" if natural else "optimizer='vogn'/'vadam'"
