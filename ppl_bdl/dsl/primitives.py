@@ -1,8 +1,8 @@
 """The DSL's primitives: ``sample``, ``plate``, ``param``, ``deterministic``, ``factor``.
 
-They only build a :class:`~ppl_bdl.dsl.effects.Message` and send it down the effect stack; what happens
-then (a native Pyro/NumPyro call, or the core's own log-density evaluation) is up to the runtime at
-the bottom of the stack.
+They only build a :class:`~ppl_bdl.dsl.effects.Message` and send it down the effect stack; what
+happens then (a native Pyro/NumPyro call, or a value and its log density from the core's own
+interpreter) is up to the runtime at the bottom of the stack.
 
 Example
 -------

@@ -8,7 +8,7 @@ lists, NumPy arrays) must lie in their domain. Inside a model run the error is r
 
 ``spec.log_prob(value)`` and ``spec.sample(key, shape)`` work inside a model (on the run's backend,
 returning backend arrays, differentiable) and outside one (NumPy in, NumPy out); see
-:mod:`ppl_bdl.dsl.dist.evaluation`.
+:mod:`ppl_bdl.dsl.dist.native`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ppl_bdl.errors import DistributionError
-from ppl_bdl.dsl.effects import current_runtime
 from ppl_bdl.dsl.dist import constraints as C
-from ppl_bdl.dsl.dist import evaluation
+from ppl_bdl.dsl.dist import native
+from ppl_bdl.dsl.effects import current_runtime
+from ppl_bdl.errors import DistributionError
 
 #: Fast checks of Python-number parameters, by constraint name (hot loops build many specs).
 _SCALAR_CHECKS = {
@@ -233,7 +233,7 @@ class Distribution:
         with np.errstate(invalid="ignore"):
             return np.asarray(support.check(array))
 
-    # -- densities and draws (see ppl_bdl.dsl.dist.evaluation) -------------------------------------
+    # -- densities and draws (see ppl_bdl.dsl.dist.native) -----------------------------------------
     def log_prob(self, value: Any) -> Any:
         """Log density (mass) of ``value``.
 
@@ -248,7 +248,7 @@ class Distribution:
         >>> dist.Logistic(0.5, 2.0).log_prob(np.array([0.1, 1.0])).round(4)
         array([-2.0894, -2.095 ])
         """
-        return evaluation.log_prob(self, value)
+        return native.log_prob(self, value)
 
     def sample(self, key: Any, sample_shape: tuple[int, ...] | int = ()) -> Any:
         """Draws of shape ``sample_shape + batch_shape + event_shape``.
@@ -262,7 +262,7 @@ class Distribution:
         >>> dist.Poisson(3.0).sample(0, (1000,)).mean().round(0)
         np.float64(3.0)
         """
-        return evaluation.sample(self, key, sample_shape)
+        return native.sample(self, key, sample_shape)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={_brief(v)}" for k, v in self.params.items())

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl.errors import DistributionError
 from ppl_bdl.dsl.dist import constraints as C
 from ppl_bdl.dsl.dist.base import Distribution, _concrete, _shape
+from ppl_bdl.errors import DistributionError
 
 Array = Any
 

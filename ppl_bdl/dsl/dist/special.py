@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl.errors import DistributionError
 from ppl_bdl.dsl.dist import constraints as C
 from ppl_bdl.dsl.dist.base import Distribution, _shape
 from ppl_bdl.dsl.dist.discrete import Categorical
+from ppl_bdl.errors import DistributionError
 
 Array = Any
 

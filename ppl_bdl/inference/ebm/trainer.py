@@ -90,53 +90,41 @@ def fit(
     progress: bool = False,
     **chain_options: Any,
 ) -> EnergyModel:
-    """Train the energy network ``energy`` on the points ``X`` by Algorithm 3 of "Bayesian Computation in Deep Learning".
+    """Train the energy network ``energy`` on the points ``X`` by Algorithm 3 of "Bayesian
+    Computation in Deep Learning" (the module's steps; docs/ebm.md maps each option to its line
+    of the algorithm).
 
     Parameters
     ----------
     energy : ppl_bdl.dsl.nn.Module
-        E_θ(x): a :mod:`ppl_bdl.dsl.nn` network or a lifted torch/equinox module (:func:`nn.lift`,
-        on its own library's backend) mapping ``(B, *event)`` to (B,) or (B, 1). Training starts
-        from one draw of its priors (use ``prior=nn.he_normal()``), or a lifted module's values.
-    X : array ``(N, *event)``
-        The data: N points (rows), e.g. (N, 2) or images (N, C, H, W).
-    backend : str
-        "numpyro" or "pyro" (default: the default backend).
-    sampler : str
-        The SG-MCMC kernel of the chains on the inputs (``bdl.kernels.available()``: "sgld",
-        "sghmc", "psgld", "csgld", ...); its own settings (``temperature``, ``friction``, ...)
-        go in ``**chain_options``. "sgld" is Eq. 3.7 (noise √(2 α_k) ε, temperature 1).
-    chain_steps : int
-        K, the sampler's steps per update (Algorithm 3, line 4).
+        E_θ(x): a :mod:`ppl_bdl.dsl.nn` network or a lifted torch/equinox module (:func:`nn.lift`)
+        mapping (B, *event) to (B,) or (B, 1), started from one draw of its priors.
+    X : array (N, *event)
+        The data: N points (rows), e.g. (N, 2), or images (N, C, H, W).
+    sampler, chain_steps : str, int
+        The SG-MCMC kernel run on the inputs (``bdl.kernels.available()``; "sgld" is Eq. 3.7)
+        and K, its steps per update; its own settings (``temperature``, ``clip=True`` to stay
+        in the data's range, ...) go in ``**chain_options``.
     step_size, schedule : float, str
-        α_k = ``step_size`` × the schedule's shape over the K steps ("constant", "polynomial"
-        with ``decay_offset``/``decay_power``, "cyclical" with ``num_cycles``;
-        :mod:`ppl_bdl.inference.mcmc.schedules`). ``clip=True`` (in ``**chain_options``) keeps every step in
-        the data's range per coordinate (projected Langevin: for images).
-    persistent : bool
-        Start each chain where an earlier one stopped (a replay buffer of ``buffer_size``
-        chains, default 10 × ``batch_size``, restarted with probability ``reinit``), or afresh
-        (``persistent=False``) from ``start``.
-    start : {"noise", "data"}
-        Fresh starts: uniform noise in the data's range per coordinate, or the data minibatch
-        (contrastive divergence).
+        α_k = ``step_size`` × the schedule's shape over the K steps
+        (:mod:`ppl_bdl.inference.mcmc.schedules`).
+    persistent, buffer_size, reinit, start : bool, int, float, {"noise", "data"}
+        Chains go on from a replay buffer (default 10 × ``batch_size`` chains, each restarted
+        with probability ``reinit``), or start afresh from uniform noise in the data's range or
+        from the data minibatch (contrastive divergence).
     batch_size, num_steps : int
-        B, data points and chains per update; T, the updates (Algorithm 3, line 1).
-    optimizer, lr, lr_schedule, clip_norm : str, float, str, float
-        The optimizer of θ ("adam" or "sgd"; the backend's own), its learning rate and its
-        schedule over the T updates ("constant", "exponential", "cosine"; :mod:`ppl_bdl.optim`).
-    energy_l2 : float
-        Weight of the energy-magnitude regulariser (0: Algorithm 3 as written).
-    seed : int
-        Same seed, same fit (on the same backend).
-    precision, device, chunk_size, progress
-        As for :func:`ppl_bdl.run.fit`.
+        B, data points and chains per update; T, the updates.
+    optimizer, lr, lr_schedule, clip_norm, energy_l2 : str, float, str, float, float
+        The optimizer of θ ("adam" or "sgd"), its learning rate and schedule over the T updates
+        (:mod:`ppl_bdl.inference.optim`); the energy-magnitude regulariser's weight (0: as
+        Algorithm 3 is written).
+    backend, seed, precision, device, chunk_size, progress
+        As for :func:`ppl_bdl.run.fit` ("numpyro" or "pyro"; same seed, same fit).
 
     Returns
     -------
     EnergyModel
-        The trained network (``.params``, ``.energy(x)``, ``.sample(n)``), the replay buffer,
-        and every step's ``losses`` and ``history``.
+        The trained network (``.params``, ``.energy(x)``, ``.sample(n)``, ``.losses``).
 
     Raises
     ------

@@ -1,6 +1,6 @@
-"""One group of chains run chunk by chunk through a compiled runner (the inside of
-:func:`~ppl_bdl.inference.loop.driver.run_chains`): the chains' starts and keys, each chunk's
-minibatch indices, the kept draws and infos read back, and where a run stopped.
+"""One part of a run (the chains that run together) chunk by chunk through a compiled runner
+(the inside of :func:`~ppl_bdl.inference.loop.driver.run_chains`): the chains' starts and keys,
+each chunk's minibatch indices, the kept draws and infos read back, and where a run stopped.
 
 Example
 -------
@@ -36,8 +36,8 @@ def chain_seed(seed: int, chain: int) -> int:
 
 
 @dataclass
-class GroupPart:
-    """One group's result: per chain of the group, its kept draws, their infos and every
+class RunPart:
+    """One part's result: per chain of the part, its kept draws, their infos and every
     step's infos."""
 
     draws: list
@@ -48,12 +48,12 @@ class GroupPart:
 
 
 @dataclass(frozen=True)
-class GroupRun:
-    """What every group of a run shares: the backend, the transition and its compiled runner,
+class ChunkedRun:
+    """What every part of a run shares: the backend, the transition and its compiled runner,
     the seed, the plan, the data, how the chains run (side by side or not; ``pad`` copies of a
-    group's last chain make it a multiple of the devices its chains are split over, their
+    part's last chain make it a multiple of the devices its chains are split over, their
     results dropped), whether every step's infos come back, the step counter's start, and the
-    progress bar. Called with one group, it runs that group's chunks."""
+    progress bar. Called with one part's chains, it runs their chunks."""
 
     be: Any
     transition: Transition
@@ -67,18 +67,18 @@ class GroupRun:
     pad: int
     bar: Any
 
-    def __call__(self, group: list[int], positions, batches: list, scale, state=None) -> GroupPart:
-        """Group ``group``'s chunks from ``positions`` (or, given, from ``state``), with its
-        chains' minibatches and rate scale."""
-        state, inputs = self._start(group, positions, scale, state)
-        return self._chunks(group, batches, state, inputs)
+    def __call__(self, chains: list[int], positions, batches: list, scale, state=None) -> RunPart:
+        """The chunks of the part of ``chains`` from ``positions`` (or, given, from ``state``),
+        with its chains' minibatches and rate scale."""
+        state, inputs = self._start(chains, positions, scale, state)
+        return self._chunks(chains, batches, state, inputs)
 
-    def _start(self, group, positions, scale, state):
-        """The group's state (its chains' ``init`` stacked, or ``state``) and what every step
+    def _start(self, chains, positions, scale, state):
+        """The part's state (its chains' ``init`` stacked, or ``state``) and what every step
         reads unchanged (the data, the rates' scale, the chains' keys), placed."""
         be, transition, pad, vectorised = self.be, self.transition, self.pad, self.vectorised
         with be.scope(), be.activate():
-            keys = [be.random.split(be.random.key(chain_seed(self.seed, c))) for c in group]
+            keys = [be.random.split(be.random.key(chain_seed(self.seed, c))) for c in chains]
             keys += keys[-1:] * pad
             if state is None:
                 starts = list(positions) + [positions[-1]] * pad
@@ -102,7 +102,7 @@ class GroupRun:
             )
         return state, inputs
 
-    def _chunks(self, group, batches, state, inputs) -> GroupPart:
+    def _chunks(self, group, batches, state, inputs) -> RunPart:
         """The group's chunks, one compiled call each, until the plan ends, a step fails or
         Ctrl-C (wherever it lands: the chunks read back before it are kept)."""
         plan, done, failure = self.plan, [], None
@@ -129,7 +129,7 @@ class GroupRun:
         rows, kept_infos = [c.rows for c in kept], [c.kept_infos for c in kept]
         step_infos = [c.step_infos for c in done if c.ran] if self.trace else []
         per_chain = _per_chain(rows, kept_infos, step_infos, len(group), self.vectorised)
-        return GroupPart(*per_chain, state, failure)
+        return RunPart(*per_chain, state, failure)
 
     def _run_chunk(self, state, inputs, batches, start: int, steps: int):
         """One compiled call: ``steps`` steps from step ``start``."""

@@ -8,14 +8,15 @@ array a kept step keeps. :func:`run_chains` runs it:
   torch a plain loop around the step): a shorter last chunk runs the same program with fewer
   steps, and the program is kept in the backend's program cache under the transition's key
   (:mod:`~ppl_bdl.inference.loop.programs`), so another fit of the same model reuses it;
-- with the chains grouped once, here: side by side (``vmap``) where the backend vectorises
-  them and the method allows it, else one after another; chain c has its own key and its own
-  minibatch order, so a chain's draws do not depend on how many chains run beside it;
+- with the chains split into parts once, here: side by side (``vmap``, one part) where the
+  backend vectorises them and the method allows it, else one after another (a part each);
+  chain c has its own key and its own minibatch order, so a chain's draws do not depend on how
+  many chains run beside it;
 - with the data on the fit's device, passed to every step; only minibatch indices (one shuffle
   per epoch, :class:`~ppl_bdl.inference.loop.minibatch.EpochBatches`) cross from the host per chunk,
   and only the kept steps' draws come back;
 - with each step's rate (an SG-MCMC step size, a learning rate) from :class:`Rates`: its
-  scale a runtime input (a step-size pilot and the run it sets up, or a learning rate cut on a
+  scale a loop input (a step-size pilot and the run it sets up, or a learning rate cut on a
   plateau, share one compiled program) times its schedule evaluated in the step at the step
   counter the loop carries (a per-step rate read from an input array cost XLA's CPU runtime
   more than a toy step's own work: docs/benchmarks.md);
@@ -28,7 +29,7 @@ array a kept step keeps. :func:`run_chains` runs it:
   it lands;
 - on several devices (``fit(..., device=[...])``), with every array the loop reads handed to
   :meth:`Backend.place` with its chain and batch axes named: chains split over the devices
-  (the vectorised group padded to a multiple of the device count with copies of its last
+  (the vectorised part padded to a multiple of the device count with copies of its last
   chain, whose results are dropped), or each step's minibatch (``shard="data"``). A chain's
   draws depend on its seed and number only, never on the devices.
 """
@@ -45,9 +46,9 @@ import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.inference.loop.chunked_run import Failure, GroupPart, GroupRun
+from ppl_bdl.inference.loop.chunked_run import ChunkedRun, Failure, RunPart
 from ppl_bdl.inference.loop.programs import programs, same
-from ppl_bdl.inference.loop.spread import chain_padding, check_spread, group_scale
+from ppl_bdl.inference.loop.spread import chain_padding, check_spread, part_scale
 
 __all__ = ["Batch", "Rates", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
 
@@ -60,7 +61,7 @@ MAX_ROW_FLOATS = 64_000_000
 class Rates(NamedTuple):
     """Every step's rate: ``scale`` × ``unit(t)`` at step t of the run (``unit`` written with
     :mod:`ppl_bdl.dsl.math`, evaluated in the compiled step; None: the constant 1, no work per
-    step). ``scale`` is a runtime input: changing it compiles nothing. ``key``: what ``unit``
+    step). ``scale`` is a loop input: changing it compiles nothing. ``key``: what ``unit``
     computes (its schedule and settings), so runs whose units are equal share a compiled
     program (:mod:`ppl_bdl.inference.loop.programs`); None: ``unit`` is its own.
 
@@ -92,7 +93,7 @@ class RunPlan:
 @dataclass
 class RunResult:
     """Kept draws (chain, draw, ...), their infos (chain, draw), every step's infos (chain, step),
-    the final state of the last group of chains (backend arrays; after a failure, the state
+    the final state of the last part of the run (backend arrays; after a failure, the state
     before the failed step), and the failure, if any. After a failure the draws are those kept
     before it, cut to the common length that keeps the most draws (chains shorter than it are
     left out: see :func:`most_draws`)."""
@@ -102,8 +103,8 @@ class RunResult:
     final_state: Any = None
     failure: Failure | None = None
     step_infos: dict[str, np.ndarray] = field(default_factory=dict)
-    #: Every group's final state (``run_chains(..., resume=...)`` goes on from them), and
-    #: whether the chains ran side by side (one group) or one after another.
+    #: Every part's final state (``run_chains(..., resume=...)`` goes on from them), and
+    #: whether the chains ran side by side (one part) or one after another (a part each).
     states: list = field(default_factory=list)
     vectorised: bool = False
 
@@ -173,12 +174,12 @@ def run_chains(
     ``init``)."""
     chains = list(range(len(positions))) if chain_ids is None else list(chain_ids)
     vectorised = vectorize and backend.vectorized_chains and len(chains) > 1
-    groups = [chains] if vectorised else [[c] for c in chains]
+    part_chains = [chains] if vectorised else [[c] for c in chains]
     made = {c: batches(c) for c in chains}
     check_spread(backend, vectorised, made[chains[0]], name)
     pad = chain_padding(backend, len(chains)) if vectorised else 0
     bar = progress_bar(plan.num_steps * len(chains), name) if progress else None
-    run = GroupRun(
+    run = ChunkedRun(
         backend,
         transition,
         _runner(backend, transition, vectorised, rates),
@@ -193,13 +194,13 @@ def run_chains(
     )
     parts, failure, states = [], None, []
     try:
-        for g, group in enumerate(groups):
+        for g, group in enumerate(part_chains):
             try:
                 part = run(
                     group,
                     np.stack([positions[chains.index(c)] for c in group]),
                     [made[c] for c in group],
-                    1.0 if rates is None else group_scale(rates.scale, chains, group, pad),
+                    1.0 if rates is None else part_scale(rates.scale, chains, group, pad),
                     None if resume is None else resume[g],
                 )
             except KeyboardInterrupt:  # Ctrl-C as the group started: the groups before are kept
@@ -236,7 +237,7 @@ def _runner(be, transition: Transition, vectorised: bool, rates: Rates | None):
     )
 
 
-def _collect(parts: list[GroupPart], final, failure) -> RunResult:
+def _collect(parts: list[RunPart], final, failure) -> RunResult:
     draws = [d for p in parts for d in p.draws]
     infos = [i for p in parts for i in p.infos]
     traced = [t for p in parts for t in p.step_infos]

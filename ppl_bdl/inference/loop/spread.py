@@ -3,8 +3,8 @@
 A run that the fit's devices cannot split is refused before anything compiles, saying what
 would be split and what to do (:func:`check_spread`); chains split over devices are padded to
 a multiple of the device count (:func:`chain_padding`); a per-chain rate scale (VI's fits, each
-with its own plateau cuts) is cut to a group of chains and padded like them
-(:func:`group_scale`).
+with its own plateau cuts) is cut to a part of the run's chains and padded like them
+(:func:`part_scale`).
 
 Example
 -------
@@ -13,7 +13,7 @@ Example
 >>> check_spread(one, vectorised=False, batch=None, name="sgld")  # one device: nothing to check
 >>> chain_padding(SimpleNamespace(device_count=4, shard_mode="chains"), chains=5)
 3
->>> group_scale([1.0, 0.5, 0.25], [0, 1, 2], [2, 1], pad=1).tolist()
+>>> part_scale([1.0, 0.5, 0.25], [0, 1, 2], [2, 1], pad=1).tolist()
 [0.25, 0.5, 0.5]
 """
 
@@ -58,10 +58,10 @@ def chain_padding(be, chains: int) -> int:
     return (-chains) % be.device_count if be.shard_mode == "chains" else 0
 
 
-def group_scale(scale: Any, chains: list, group: list, pad: int) -> Any:
-    """The rates' scale of ``group``: a float as it is; one per chain (aligned with
-    ``chains``) cut to the group's chains, its last repeated ``pad`` times, and a group of one
-    chain's as a float."""
+def part_scale(scale: Any, chains: list, part: list, pad: int) -> Any:
+    """The rates' scale of the run's ``part`` (its chains): a float as it is; one per chain
+    (aligned with ``chains``) cut to the part's chains, its last repeated ``pad`` times, and a
+    part of one chain's as a float."""
     if np.ndim(scale) == 0:
         return float(scale)
     values = np.asarray(scale, float)
@@ -69,7 +69,7 @@ def group_scale(scale: Any, chains: list, group: list, pad: int) -> Any:
         raise ConfigError(
             f"Rates.scale: one per chain expected ({len(chains)}), got shape {values.shape}."
         )
-    values = values[[chains.index(c) for c in group]]
-    if len(group) == 1 and not pad:
+    values = values[[chains.index(c) for c in part]]
+    if len(part) == 1 and not pad:
         return float(values[0])
     return np.concatenate([values, values[-1:].repeat(pad)])

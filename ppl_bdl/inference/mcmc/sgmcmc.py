@@ -5,7 +5,7 @@
 and the native adapters that let ``numpyro.infer.MCMC`` / ``pyro.infer.MCMC`` drive our
 kernels): the kernel gets the minibatch potential Ũ(θ) of Eq. 2.8 of "Bayesian Computation in Deep Learning" and its gradient,
 and each step's size α_0 × the schedule's shape at the step counter (:func:`unit_schedule`,
-evaluated in the compiled step; α_0 a runtime input).
+evaluated in the compiled step; α_0 a loop input).
 :func:`run_sgmcmc` plans the run (warmup, thinning, the sampling stages of cyclical kernels) and
 hands it to :func:`ppl_bdl.inference.loop.driver.run_chains`.
 
@@ -358,7 +358,7 @@ def transition_key(
     """What the transition's compiled step depends on: the model (:meth:`Setup.program_key`),
     the kernel and its settings, the settings the driver supplies that the kernel declares
     (``num_steps``, ``num_cycles``), the minibatch and the control variate. Not the step size
-    (a runtime input) nor the seed. None: the transition is not cached."""
+    (a loop input) nor the seed. None: the transition is not cached."""
     model = setup.program_key()
     if model is None:
         return None

@@ -77,7 +77,7 @@ def choose_step_size(
     """The pilot's step size (see the module docstring) for chains starting at ``positions``
     (chain, d); ``schedule`` holds the run's schedule at α_0 = 1 (its ``unit`` and ``key``; the
     pilot's steps take its start; the pilot shares the run's compiled program, α_0 being a
-    runtime input)."""
+    loop input)."""
     positions = np.atleast_2d(positions)
     plan = RunPlan(np.zeros(PILOT_STEPS, bool), PILOT_STEPS, 0)
     results: dict[int, bool] = {}

@@ -106,6 +106,9 @@ NATURAL_LR = {"vogn": 0.05, "vadam": 0.01}
 DEFAULT_BETAS = (0.9, 0.999)
 #: The per-step decay of the initial precision's weight in ŝ (one draw's weight at t = 0).
 INIT_DECAY = 0.9
+#: The plain optimizers' own options, and the value each has when not set (``bdl.VI`` passes
+#: gradient="total" to every run): a natural-gradient run refuses any other value.
+PLAIN_OPTIONS = {"momentum": None, "clip_norm": None, "gradient": "total"}
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,8 @@ def natural_options(optimizer: Any, run_opts: dict) -> bool:
     if optimizer not in OPTIMIZERS + NATURAL_OPTIMIZERS:
         raise one_of("optimizer", optimizer, OPTIMIZERS + NATURAL_OPTIMIZERS)
     natural = optimizer in NATURAL_OPTIMIZERS
-    given = [k for k in ("momentum", "clip_norm", "gradient") if k in run_opts] if natural else []
+    plain = [k for k, unset in PLAIN_OPTIONS.items() if run_opts.get(k, unset) != unset]
+    given = plain if natural else []
     given += [k for k in ("beta1", "beta2", "curvature") if k in run_opts and not natural]
     if given:
         applies = "optimizer='sgd'/'adam'" if natural else "optimizer='vogn'/'vadam'"
@@ -284,153 +288,251 @@ def natural_transition(
     """
     be, m = backend, backend.math
     dim = int(np.asarray(initial["loc"]).shape[0])
-    if kl is not None:
-        lam_np = (1.0 - kl.mask) / kl.prior_scale**2
-        m0_np = np.where(kl.mask > 0, 0.0, kl.prior_loc)
-        log_s0 = float(np.sum(np.log(kl.prior_scale) * (1.0 - kl.mask)))
-    else:
-        lam_np, m0_np, log_s0 = np.zeros(dim), np.zeros(dim), 0.0
-    n_mc = float(np.sum(lam_np == 0.0))  # coordinates whose entropy term is Monte Carlo's
-    const = -0.5 * n_mc * (1.0 + _pymath.log(2.0 * _pymath.pi)) + log_s0
-    vogn = config.optimizer == "vogn"
-    hessian = vogn and config.curvature == "hessian"
-    ggn = vogn and not hessian  # "ggn" or "fisher": per-example gradients
-    fisher = labels is not None
-    at_data = ggn and not fisher  # "ggn": the per-example gradients at the data give g too
-    pairs = config.num_particles
-    b1, b2 = config.beta1, config.beta2
-    n_data = float(config.num_data)
-
-    def total(thetas, batch):
-        indices = None if batch.indices is None else {plate: batch.indices}
-        if thetas.shape[0] == 1:
-            return m.sum(potential(thetas[0], batch.data, indices, None))
-        return m.sum(be.vmap(lambda t: potential(t, batch.data, indices, None))(thetas))
-
-    def one(theta, data, index):  # U at θ on one point (scaled N / 1)
-        return potential(theta, data, {plate: m.reshape(index, (1,))}, None)
-
+    lam_np, m0_np, const = _prior_terms(kl, dim)
+    kind = _curvature_kind(config, labels)
+    gradients = _GradientSource(be, potential, plate, data, example_indices, all_indices)
     with be.scope(), be.activate():
-        points = example_indices if example_indices is not None else all_indices
-        zero = be.asarray(np.zeros(dim))
-        if at_data:
-            # One point's gradient mapped over the batch's points and compiled (on torch one
-            # batched graph of torch.func.vmap: 27x faster than a loop over yacht's 32 points).
-            per_point = be.traced_vmap(
-                be.value_and_grad(one), (zero, data, points), in_axes=(None, None, 0)
-            )
-
-            def value_and_grad(theta, batch):
-                """U, ∇U on each point of the batch alone, shaped (M,), (M, d): their means
-                are the minibatch's U and ∇U."""
-                return per_point(theta, batch.data, batch.indices)
-        else:  # the batch's U and ∇U at each θ ("fisher": g at the data; h from the labels)
-            example = (
-                be.asarray(np.zeros((2 * pairs if hessian else 1, dim))),
-                Batch(data, points if fisher else example_indices),
-            )
-            value_and_grad = be.trace(be.value_and_grad(total), example)
-        if fisher:
-            # Each point's gradient at labels drawn from the model: positions in the batch
-            # pick each point's labels out of the batch's draw.
-            positions = be.asarray(np.arange(int(points.shape[0])), "int")
-            drawn = labels.density.simulate(zero, be.random.key(0), data, {plate: points})
-
-            def one_drawn(theta, data, index, position, drawn):
-                observed = labels.point(drawn, position, m)
-                one_point = {plate: m.reshape(index, (1,))}
-                return labels.density.potential(theta, data, one_point, None, observed)
-
-            per_point_drawn = be.traced_vmap(
-                be.value_and_grad(one_drawn),
-                (zero, data, points, positions, drawn),
-                in_axes=(None, None, 0, 0, None),
-            )
+        estimate = _curvature_estimator(kind, gradients, dim, config, labels)
         lam, m0 = be.asarray(lam_np), be.asarray(m0_np)
-
-    def init(key, position, data):
-        # The fit's own start (the driver's position: the run's packed parameters).
-        values = initial if unpack is None else unpack(np.asarray(be.to_numpy(position)))
-        values = {k: np.asarray(values[k], dtype=float) for k in ("loc", "rho")}
-        sigma0 = np.logaddexp(0.0, values["rho"])
-        s0 = np.maximum(1.0 / sigma0**2 - lam_np, 0.0)  # the initial precision, in ŝ's units
-        params = {k: be.asarray(v) for k, v in values.items()}
-        zeros = m.zeros_like(params["loc"])
-        s_init = be.asarray(s0 if vogn else s0 * n_data)
-        if hessian:  # ŝ itself, from the initial precision counted as one draw of weight 1 − β₂
-            return {"params": params, "m": zeros, "s": s_init, "t": m.sum(zeros)}
-        return {"params": params, "m": zeros, "s": zeros, "t": m.sum(zeros), "s0": s_init}
+    average = _curvature_average(kind, config, m, lam)
+    vogn, b1, n_data = config.optimizer == "vogn", config.beta1, float(config.num_data)
+    init = _initial_state(be, kind, config, initial, unpack, lam_np)
 
     def step(key, state, batch, lr):
-        if ggn and batch.indices is None:  # a full batch: each point's gradient
+        if kind in PER_EXAMPLE and batch.indices is None:  # a full batch: each point's gradient
             batch = Batch(batch.data, all_indices)
         loc, rho = state["params"]["loc"], state["params"]["rho"]
         sigma = m.softplus(rho)
-        if hessian:
-            eps = be.random.normal(key, (pairs, dim))
-            thetas = m.concatenate([loc + sigma * eps, loc - sigma * eps], axis=0)
-        else:
-            if fisher:
-                key, label_key = be.random.split(key)
-            eps = be.random.normal(key, (1, dim))
-            thetas = loc + sigma * eps
-        if at_data:
-            values, grads = value_and_grad(thetas[0], batch)
-            u_mean = m.mean(values)
-        else:
-            u_sum, grads = value_and_grad(thetas, batch)
-            u_mean = u_sum / thetas.shape[0]
-        grad_u = m.mean(grads, axis=0)
+        u_mean, grad_u, h = estimate(key, loc, sigma, batch)
         g = grad_u + lam * (loc - m0)
-        if hessian:
-            diff = grads[:pairs] - grads[pairs:]
-            h = m.mean(diff * eps, axis=0) / (2.0 * sigma)
-        elif fisher:
-            drawn = labels.density.simulate(
-                thetas[0], label_key, batch.data, {plate: batch.indices}
-            )
-            _, drawn_grads = per_point_drawn(thetas[0], batch.data, batch.indices, positions, drawn)
-            dev = drawn_grads - m.mean(drawn_grads, axis=0)
-            h = m.mean(dev * dev, axis=0) / n_data
-        elif ggn:
-            dev = grads - grad_u
-            h = m.mean(dev * dev, axis=0) / n_data
-        else:
-            h = grad_u * grad_u
         t = state["t"] + 1.0
         mom = b1 * state["m"] + (1.0 - b1) * g
         m_hat = mom / (1.0 - b1**t)
-        if hessian:
-            # The same weighted average (rate ρ = (1 − β₂) / (1 − β₂ᵗ⁺¹), the weight of the
-            # draws so far with s₀'s counted) with the second-order term of the Bayesian learning rule on the precision
-            # (Lin, Schmidt & Khan 2020; IVON, Shen et al. 2024): ŝ + λ stays positive
-            # whatever the sign of a draw's h, where the plain average followed a negative one.
-            rate = (1.0 - b2) / (1.0 - b2 ** (t + 1.0))
-            dev, positive = h - state["s"], m.maximum(state["s"] + lam, 1e-30)
-            s = state["s"] + rate * dev + 0.5 * rate**2 * dev**2 / positive
-            s_hat = m.maximum(s, 0.0)
-        else:
-            s = b2 * state["s"] + (1.0 - b2) * h
-            # The initial precision is one pseudo-draw of h whose weight decays by INIT_DECAY
-            # a step: a single early h (far from the optimum, where the off-diagonal curvature
-            # dominates) is no longer the whole precision; after ~50 steps it is gone.
-            c = (1.0 - b2) * INIT_DECAY**t
-            s_hat = m.maximum((s + c * state["s0"]) / (1.0 - b2**t + c), 0.0)
+        s, s_hat = average(state, h, t)
         denom = (s_hat if vogn else m.sqrt(s_hat)) + lam
         new_loc = loc - lr * m_hat / m.maximum(denom, 1e-30)
         precision = (s_hat if vogn else s_hat / n_data) + lam
         new_sigma = 1.0 / m.sqrt(m.maximum(precision, 1e-30))
         new_rho = new_sigma + m.log(-m.expm1(-new_sigma))  # softplus⁻¹, stable for small σ
-        # The negative ELBO at this step's draws: E_q[U] by the draws, the closed-form KL of
-        # the fixed-Normal sites and the Gaussian entropy of the others.
-        log_sigma = m.log(sigma)
-        kl_terms = -log_sigma + 0.5 * lam * (sigma * sigma + (loc - m0) ** 2) - 0.5
-        is_kl = lam > 0.0
-        loss = u_mean + m.sum(m.where(is_kl, kl_terms, -log_sigma)) + const
+        loss = _negative_elbo(m, u_mean, loc, sigma, lam, m0, const)
         grad_norm = m.sqrt(m.sum(g * g))
         new = {"params": {"loc": new_loc, "rho": new_rho}, "m": mom, "s": s, "t": t}
-        if not hessian:
+        if kind != "hessian":
             new["s0"] = state["s0"]
         return new, {"loss": loss, "grad_norm": grad_norm}
 
     return Transition(init, step, lambda state: {})
+
+
+def _prior_terms(kl, dim: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """The closed-form part of the negative ELBO: the prior precision λ and mean m₀ of each
+    coordinate (0 where the prior is inside U), and the constant of its KL and entropy terms."""
+    if kl is not None:
+        lam = (1.0 - kl.mask) / kl.prior_scale**2
+        m0 = np.where(kl.mask > 0, 0.0, kl.prior_loc)
+        log_s0 = float(np.sum(np.log(kl.prior_scale) * (1.0 - kl.mask)))
+    else:
+        lam, m0, log_s0 = np.zeros(dim), np.zeros(dim), 0.0
+    n_mc = float(np.sum(lam == 0.0))  # coordinates whose entropy term is Monte Carlo's
+    return lam, m0, -0.5 * n_mc * (1.0 + _pymath.log(2.0 * _pymath.pi)) + log_s0
+
+
+def _negative_elbo(m, u_mean, loc, sigma, lam, m0, const):
+    """The negative ELBO at a step's draws: E_q[U] by the draws, the closed-form KL of the
+    fixed-Normal sites and the Gaussian entropy of the others."""
+    log_sigma = m.log(sigma)
+    kl_terms = -log_sigma + 0.5 * lam * (sigma * sigma + (loc - m0) ** 2) - 0.5
+    is_kl = lam > 0.0
+    return u_mean + m.sum(m.where(is_kl, kl_terms, -log_sigma)) + const
+
+
+def _curvature_kind(config: NaturalConfig, labels: SampledLabels | None) -> str:
+    """Which h the step estimates: "hessian", "fisher", "ggn" (vogn's curvatures; "fisher" only
+    where the model has labels to draw) or "squared_gradient" (vadam)."""
+    if config.optimizer != "vogn":
+        return "squared_gradient"
+    if config.curvature == "hessian":
+        return "hessian"
+    return "fisher" if labels is not None else "ggn"
+
+
+def _initial_state(be, kind: str, config: NaturalConfig, initial, unpack, lam_np):
+    """The transition's ``init``: the guide's ``loc`` and ``rho`` at the fit's own start (the
+    driver's position: the run's packed parameters), zero moments, and the initial precision
+    s₀ (in ŝ's units): ŝ itself for "hessian", else the decaying pseudo-draw ``s0``."""
+    m, vogn, n_data = be.math, config.optimizer == "vogn", float(config.num_data)
+
+    def init(key, position, data):
+        values = initial if unpack is None else unpack(np.asarray(be.to_numpy(position)))
+        values = {k: np.asarray(values[k], dtype=float) for k in ("loc", "rho")}
+        sigma0 = np.logaddexp(0.0, values["rho"])
+        s0 = np.maximum(1.0 / sigma0**2 - lam_np, 0.0)
+        params = {k: be.asarray(v) for k, v in values.items()}
+        zeros = m.zeros_like(params["loc"])
+        s_init = be.asarray(s0 if vogn else s0 * n_data)
+        if kind == "hessian":  # counted as one draw of weight 1 − β₂
+            return {"params": params, "m": zeros, "s": s_init, "t": m.sum(zeros)}
+        return {"params": params, "m": zeros, "s": zeros, "t": m.sum(zeros), "s0": s_init}
+
+    return init
+
+
+def _curvature_average(kind: str, config: NaturalConfig, m, lam):
+    """ŝ's update ``(state, h, t) -> (s, ŝ)``: the Bayesian learning rule's step for "hessian",
+    else Adam's bias-corrected average with the initial precision as a decaying pseudo-draw."""
+    b2 = config.beta2
+
+    def learning_rule(state, h, t):
+        # The same weighted average (rate ρ = (1 − β₂) / (1 − β₂ᵗ⁺¹), the weight of the draws
+        # so far with s₀'s counted) with the second-order term of the Bayesian learning rule on
+        # the precision (Lin, Schmidt & Khan 2020; IVON, Shen et al. 2024): ŝ + λ stays
+        # positive whatever the sign of a draw's h, where the plain average followed a negative one.
+        rate = (1.0 - b2) / (1.0 - b2 ** (t + 1.0))
+        dev, positive = h - state["s"], m.maximum(state["s"] + lam, 1e-30)
+        s = state["s"] + rate * dev + 0.5 * rate**2 * dev**2 / positive
+        return s, m.maximum(s, 0.0)
+
+    def adam_average(state, h, t):
+        s = b2 * state["s"] + (1.0 - b2) * h
+        # The initial precision is one pseudo-draw of h whose weight decays by INIT_DECAY a
+        # step: a single early h (far from the optimum, where the off-diagonal curvature
+        # dominates) is no longer the whole precision; after ~50 steps it is gone.
+        c = (1.0 - b2) * INIT_DECAY**t
+        return s, m.maximum((s + c * state["s0"]) / (1.0 - b2**t + c), 0.0)
+
+    return learning_rule if kind == "hessian" else adam_average
+
+
+@dataclass(frozen=True)
+class _GradientSource:
+    """What the curvature estimators differentiate: the potential ``potential(theta, data,
+    indices, params)`` on the minibatched ``plate``, the run's ``data``, and example index
+    arrays to trace with (``example_indices``: a minibatch's; ``all_indices``: every point)."""
+
+    backend: Any
+    potential: Any
+    plate: str | None
+    data: Any
+    example_indices: Any
+    all_indices: Any
+
+    @property
+    def points(self):
+        """The indices a per-example estimator is traced with (a minibatch's, else all)."""
+        return self.example_indices if self.example_indices is not None else self.all_indices
+
+    def batch_value_and_grad(self, num_thetas: int, dim: int, indices):
+        """U summed over ``num_thetas`` draws of θ on a batch, and its gradient per θ, traced."""
+        be, m, potential, plate = self.backend, self.backend.math, self.potential, self.plate
+
+        def total(thetas, batch):
+            indices = None if batch.indices is None else {plate: batch.indices}
+            if thetas.shape[0] == 1:
+                return m.sum(potential(thetas[0], batch.data, indices, None))
+            return m.sum(be.vmap(lambda t: potential(t, batch.data, indices, None))(thetas))
+
+        example = (be.asarray(np.zeros((num_thetas, dim))), Batch(self.data, indices))
+        return be.trace(be.value_and_grad(total), example)
+
+
+def _curvature_estimator(kind: str, source: _GradientSource, dim: int, config, labels):
+    """The step's measurement ``(key, loc, σ, batch) -> (U, ∇U, h)`` at draws of θ from q: U
+    and ∇U averaged over the draws, h the curvature of ``kind`` (the module's equations)."""
+    if kind == "ggn":
+        return _ggn_estimator(source, dim, float(config.num_data))
+    if kind == "hessian":
+        return _hessian_estimator(source, dim, config.num_particles)
+    if kind == "fisher":
+        return _fisher_estimator(source, dim, float(config.num_data), labels)
+    return _squared_gradient_estimator(source, dim)
+
+
+def _ggn_estimator(source: _GradientSource, dim: int, n_data: float):
+    """Curvature "ggn": the centred per-example squared gradients at the data, one draw of θ;
+    their mean is the batch's ∇U."""
+    be, m, potential, plate = source.backend, source.backend.math, source.potential, source.plate
+
+    def one(theta, data, index):  # U at θ on one point (scaled N / 1)
+        return potential(theta, data, {plate: m.reshape(index, (1,))}, None)
+
+    # One point's gradient mapped over the batch's points and compiled (on torch one batched
+    # graph of torch.func.vmap: 27x faster than a loop over yacht's 32 points).
+    zero = be.asarray(np.zeros(dim))
+    per_point = be.traced_vmap(
+        be.value_and_grad(one), (zero, source.data, source.points), in_axes=(None, None, 0)
+    )
+
+    def estimate(key, loc, sigma, batch):
+        theta = loc + sigma * be.random.normal(key, (1, dim))
+        # U, ∇U on each point of the batch alone, shaped (M,), (M, d): their means are the
+        # minibatch's U and ∇U.
+        values, grads = per_point(theta[0], batch.data, batch.indices)
+        grad_u = m.mean(grads, axis=0)
+        dev = grads - grad_u
+        return m.mean(values), grad_u, m.mean(dev * dev, axis=0) / n_data
+
+    return estimate
+
+
+def _hessian_estimator(source: _GradientSource, dim: int, pairs: int):
+    """Curvature "hessian": the batch's gradients at K antithetic pairs μ ± σ ⊙ ε_k, h from
+    their differences (Price's theorem)."""
+    be, m = source.backend, source.backend.math
+    value_and_grad = source.batch_value_and_grad(2 * pairs, dim, source.example_indices)
+
+    def estimate(key, loc, sigma, batch):
+        eps = be.random.normal(key, (pairs, dim))
+        thetas = m.concatenate([loc + sigma * eps, loc - sigma * eps], axis=0)
+        u_sum, grads = value_and_grad(thetas, batch)
+        diff = grads[:pairs] - grads[pairs:]
+        h = m.mean(diff * eps, axis=0) / (2.0 * sigma)
+        return u_sum / thetas.shape[0], m.mean(grads, axis=0), h
+
+    return estimate
+
+
+def _fisher_estimator(source: _GradientSource, dim: int, n_data: float, labels: SampledLabels):
+    """Curvature "fisher": the batch's ∇U at the data, and h from each point's gradient at
+    labels drawn from the model at the same θ (positions in the batch pick each point's labels
+    out of the batch's draw)."""
+    be, m, plate, points = source.backend, source.backend.math, source.plate, source.points
+    value_and_grad = source.batch_value_and_grad(1, dim, points)
+    zero = be.asarray(np.zeros(dim))
+    positions = be.asarray(np.arange(int(points.shape[0])), "int")
+    drawn = labels.density.simulate(zero, be.random.key(0), source.data, {plate: points})
+
+    def one_drawn(theta, data, index, position, drawn):
+        observed = labels.point(drawn, position, m)
+        one_point = {plate: m.reshape(index, (1,))}
+        return labels.density.potential(theta, data, one_point, None, observed)
+
+    per_point_drawn = be.traced_vmap(
+        be.value_and_grad(one_drawn),
+        (zero, source.data, points, positions, drawn),
+        in_axes=(None, None, 0, 0, None),
+    )
+
+    def estimate(key, loc, sigma, batch):
+        key, label_key = be.random.split(key)
+        thetas = loc + sigma * be.random.normal(key, (1, dim))
+        u_sum, grads = value_and_grad(thetas, batch)
+        drawn = labels.density.simulate(thetas[0], label_key, batch.data, {plate: batch.indices})
+        _, drawn_grads = per_point_drawn(thetas[0], batch.data, batch.indices, positions, drawn)
+        dev = drawn_grads - m.mean(drawn_grads, axis=0)
+        return u_sum / thetas.shape[0], m.mean(grads, axis=0), m.mean(dev * dev, axis=0) / n_data
+
+    return estimate
+
+
+def _squared_gradient_estimator(source: _GradientSource, dim: int):
+    """Vadam's h: the squared minibatch gradient of U at one draw of θ."""
+    be, m = source.backend, source.backend.math
+    value_and_grad = source.batch_value_and_grad(1, dim, source.example_indices)
+
+    def estimate(key, loc, sigma, batch):
+        thetas = loc + sigma * be.random.normal(key, (1, dim))
+        u_sum, grads = value_and_grad(thetas, batch)
+        grad_u = m.mean(grads, axis=0)
+        return u_sum / thetas.shape[0], grad_u, grad_u * grad_u
+
+    return estimate

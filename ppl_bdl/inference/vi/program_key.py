@@ -11,10 +11,10 @@ from typing import Any
 from ppl_bdl.inference.loop.programs import keyed, structure_key
 from ppl_bdl.inference.setup import Setup
 
-#: Run options that change only the start, the host's chunking or (plain optimizers) a
-#: runtime input of the step.
-RUNTIME_OPTIONS = ("init_loc", "chunk_size")
-#: Guides whose seed sets their starting parameters only (a runtime input); another guide's
+#: Run options that change only the start, the host's chunking or (plain optimizers) an
+#: input of the compiled step: the program does not depend on them.
+PROGRAM_FREE_OPTIONS = ("init_loc", "chunk_size")
+#: Guides whose seed sets their starting parameters only (a loop input); another guide's
 #: seed may shape its program (a flow's autoregressive masks are drawn from it), so it is
 #: part of the key.
 SEED_FREE_GUIDES = ("meanfield", "lowrank", "fullrank", "delta")
@@ -30,7 +30,7 @@ def vi_transition_key(
 ) -> Hashable | None:
     """The key of a VI transition: the model (:meth:`Setup.program_key`), the guide (by name;
     a guide object has no key: None), its options, the run's options but those that change a
-    runtime input only, the optimizer's settings (its lr too for a natural-gradient one) and
+    loop input only, the optimizer's settings (its lr too for a natural-gradient one) and
     the seed where the guide's program may depend on it (:data:`SEED_FREE_GUIDES`).
 
     >>> import numpy as np, ppl_bdl as bdl
@@ -52,7 +52,7 @@ def vi_transition_key(
     settings = dataclasses.asdict(opt_config)
     if not natural:
         settings.pop("lr", None)  # each step's lr is an input (the driver's Rates)
-    runs = {k: v for k, v in sorted(run_options.items()) if k not in RUNTIME_OPTIONS}
+    runs = {k: v for k, v in sorted(run_options.items()) if k not in PROGRAM_FREE_OPTIONS}
     if not natural:
         runs.pop("lr", None)
     guide = run_options.get("guide", "meanfield")

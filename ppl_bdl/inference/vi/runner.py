@@ -27,7 +27,7 @@ Example
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -137,37 +137,12 @@ def run_vi(
     run = VIRun(setup, seed, num_chains=num_chains, **options)
     losses, failure, monitors = run.fit(progress=progress)
     one = run.num_chains == 1  # one fit: scalars and one guide, as before num_chains
-    setup.settings.update(
-        num_steps=None if run.auto else run.num_steps,
-        steps_run=losses.shape[-1],
-        best_step=_each([m.best_step for m in monitors], one),
-        schedule=run.schedule,
-        lr_cuts=_each([list(m.cuts) for m in monitors], one) if run.plateau else None,
-        stopped_at=_each(run.stopped, one),
-        stop_reason=_each(["diverging" if s else None for s in run.stopped], one),
-        converged=_each([m.converged() for m in monitors], one),
-    )
+    _record_settings(setup.settings, run, losses, monitors)
     post = None
     try:
         last = failure is not None and failure[1] == "nonfinite"  # then the last parameters
         best = [None if last else m.best_params for m in monitors]
-        fitted = [run.fitted_guide(b, chain=c) for c, b in enumerate(best)]
-        fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best[0]))
-        flat = np.stack(
-            [
-                g.sample_unconstrained(num_samples, seed=fit_seed(seed, c) + 1)
-                for c, g in enumerate(fitted)
-            ]
-        )
-        post = build_posterior(
-            fitted_setup,
-            flat,
-            {},
-            method="vi",
-            guide=_each(fitted, one),
-            losses=losses,
-            log_likelihood=log_likelihood,
-        )
+        post = _draw_posterior(run, setup, best, num_samples, seed, losses, log_likelihood)
     except Exception:  # noqa: BLE001 - a failed run still returns what it has
         if failure is None:
             raise
@@ -178,7 +153,52 @@ def run_vi(
         if post is not None
         else _each([run.fitted_guide(chain=c) for c in range(run.num_chains)], one)
     )
-    losses = losses if one else losses[0]  # the first fit's, for the message
+    _raise_failure(failure, losses if one else losses[0], partial)  # the first fit's losses
+
+
+def _record_settings(settings: dict, run: VIRun, losses: np.ndarray, monitors: list) -> None:
+    """What the run did, in the posterior's settings: one value per fit (a scalar for one)."""
+    one = run.num_chains == 1
+    settings.update(
+        num_steps=None if run.auto else run.num_steps,
+        steps_run=losses.shape[-1],
+        best_step=_each([m.best_step for m in monitors], one),
+        schedule=run.schedule,
+        lr_cuts=_each([list(m.cuts) for m in monitors], one) if run.plateau else None,
+        stopped_at=_each(run.stopped, one),
+        stop_reason=_each(["diverging" if s else None for s in run.stopped], one),
+        converged=_each([m.converged() for m in monitors], one),
+    )
+
+
+def _draw_posterior(
+    run: VIRun, setup: Setup, best: list, num_samples, seed, losses, log_likelihood
+):
+    """The Posterior of ``num_samples`` draws from each fit's guide at its ``best`` parameters
+    (None: its current ones)."""
+    one = run.num_chains == 1
+    fitted = [run.fitted_guide(b, chain=c) for c, b in enumerate(best)]
+    fitted_setup = dataclasses.replace(setup, params=run.fitted_model_params(best[0]))
+    flat = np.stack(
+        [
+            g.sample_unconstrained(num_samples, seed=fit_seed(seed, c) + 1)
+            for c, g in enumerate(fitted)
+        ]
+    )
+    return build_posterior(
+        fitted_setup,
+        flat,
+        {},
+        method="vi",
+        guide=_each(fitted, one),
+        losses=losses,
+        log_likelihood=log_likelihood,
+    )
+
+
+def _raise_failure(failure: tuple, losses: np.ndarray, partial: Any) -> NoReturn:
+    """The InferenceError of a run stopped at ``failure`` ``(step, reason)``, with what it
+    reached attached."""
     step, reason = failure
     if reason == "interrupted":
         raise RunInterrupted(
@@ -196,6 +216,19 @@ def run_vi(
     )
 
 
+def _step_budget(num_steps: Any) -> tuple[bool, int]:
+    """Whether the run goes until converged (``num_steps=None``, capped at
+    ``AUTO_MAX_STEPS``), and its number of steps; a bad ``num_steps`` refused."""
+    auto = num_steps is None
+    if auto:
+        num_steps = AUTO_MAX_STEPS
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ConfigError(
+            f"num_steps must be an int >= 1 (or None: until converged), got {num_steps!r}."
+        )
+    return auto, num_steps
+
+
 class VIRun:
     """A VI problem set up once: guide, objective, optimizer and transition.
 
@@ -209,15 +242,8 @@ class VIRun:
     def __init__(self, setup: Setup, seed: int, num_chains: int = 1, **options: Any):
         run_opts = {k: v for k, v in options.items() if k in RUN_OPTIONS}
         guide_opts = {k: v for k, v in options.items() if k not in RUN_OPTIONS}
-        num_steps = run_opts.get("num_steps")
-        self.auto = num_steps is None  # run to convergence, capped
-        if self.auto:
-            num_steps = AUTO_MAX_STEPS
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ConfigError(
-                f"num_steps must be an int >= 1 (or None: until converged), got {num_steps!r}."
-            )
-        self.num_steps, self.seed = num_steps, seed
+        self.auto, self.num_steps = _step_budget(run_opts.get("num_steps"))
+        self.seed = seed
         spec = run_opts.get("guide", "meanfield")
         amortized = isinstance(spec, Amortized)
         name = spec if isinstance(spec, str) else ("amortized" if amortized else "custom")
@@ -228,75 +254,16 @@ class VIRun:
             run_opts.get("kl", "auto"),
             run_opts.get("gradient", "total"),
         )
-        # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
-        # is then left behind); a run of num_steps keeps a constant lr unless asked.
-        schedule = run_opts.get("schedule", "plateau" if self.auto else "constant")
         optimizer = run_opts.get("optimizer", "adam")
-        natural = natural_options(optimizer, run_opts)  # vogn, vadam: vi_natural.py
-        opt_config = OptimizerConfig.build(
-            optimizer="adam" if natural else optimizer,
-            lr=run_opts.get("lr", NATURAL_LR.get(optimizer, DEFAULT_LR.get(name, 1e-2))),
-            momentum=run_opts.get("momentum", 0.0),
-            schedule=schedule,
-            decay=run_opts.get("decay", 0.1),
-            clip_norm=run_opts.get("clip_norm"),
-            num_steps=num_steps,
-        )
-        plateau = {v: run_opts[k] for k, v in PLATEAU_OPTIONS.items() if k in run_opts}
-        if plateau and schedule != "plateau":
-            given = ", ".join(k for k in PLATEAU_OPTIONS if k in run_opts)
-            raise ConfigError(
-                f"option(s) {given}: apply to schedule='plateau' only, got schedule={schedule!r}. "
-                "Pass schedule='plateau' (the default with num_steps=None), or leave them out."
-            )
-        #: The reduce-on-plateau rule (None for another schedule), and the lr's cuts so far.
-        self.plateau = Plateau.build(**plateau) if schedule == "plateau" else None
-        self.schedule, self.lr_cuts = schedule, []
+        natural = natural_options(optimizer, run_opts)  # vogn, vadam: natural.py
+        opt_config = self._set_up_learning_rate(run_opts, optimizer, natural, name)
         self.chunk_size = run_opts.get("chunk_size")
         self.batch_size = run_opts.get("batch_size")
         local = frozenset(spec.sites) if amortized else frozenset()
         self.minibatch = minibatch_plate(setup, self.batch_size, local)
         self.setup, be = setup, setup.backend
         with be.scope(), be.activate():
-            init_loc = run_opts.get("init_loc", "median")
-            self.guide = build_guide(
-                setup,
-                spec,
-                lambda: guide_init(setup, init_loc, seed),
-                seed,
-                guide_opts,
-                RUN_OPTIONS,
-                self.batch_size,
-            )
-            self.guide_settings = dict(guide_opts)
-            model_sites = {n: r for n, r in setup.sites.items() if r.kind == "param"}
-            self.model_params = ModelParams(model_sites, be) if model_sites else None
-            self.kl = None if amortized else analytic_kl_sites(setup, self.guide, self.objective)
-            if amortized:  # per-point bounds (ppl_bdl.inference.vi.objectives_amortized)
-                self.loss, self.density = make_amortized_loss(
-                    self.guide, self.objective, self.model_params
-                )
-            else:
-                exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
-                self.density = ModelDensity(setup.bound, be, setup.layout, setup.params, exclude)
-                plate = self.minibatch[0] if self.minibatch else None
-                #: The loss (negative objective) ``loss(params, noise, batch)``.
-                self.loss = make_loss(
-                    self.guide,
-                    self._potential,
-                    self.objective,
-                    be,
-                    plate,
-                    self.kl,
-                    self.model_params,
-                )
-            shapes = dict(self.guide.param_layout.shapes)
-            initial = self.guide.initial_params()
-            if self.model_params is not None:
-                shapes.update(self.model_params.shapes)
-                initial.update(self.model_params.initial())
-            self.param_layout = ParamLayout(shapes)
-            self._initial = initial
+            self._set_up_guide(spec, run_opts.get("init_loc", "median"), guide_opts)
             self.program_key = vi_transition_key(
                 setup, guide_opts, run_opts, opt_config, natural, seed
             )
@@ -309,6 +276,80 @@ class VIRun:
                     else self._transition(be.optimizer(opt_config))
                 ),
             )
+        self._set_up_fits(num_chains, options, opt_config)
+
+    def _set_up_learning_rate(
+        self, run_opts: dict, optimizer: str, natural: bool, guide_name: str
+    ) -> OptimizerConfig:
+        """The optimizer's settings, the lr's schedule (``self.schedule``) and, with
+        ``schedule="plateau"``, the reduce-on-plateau rule (``self.plateau``)."""
+        # Until converged, the lr is cut where the loss flattens (Adam's constant-lr noise floor
+        # is then left behind); a run of num_steps keeps a constant lr unless asked.
+        schedule = run_opts.get("schedule", "plateau" if self.auto else "constant")
+        default_lr = NATURAL_LR.get(optimizer, DEFAULT_LR.get(guide_name, 1e-2))
+        opt_config = OptimizerConfig.build(
+            optimizer="adam" if natural else optimizer,
+            lr=run_opts.get("lr", default_lr),
+            momentum=run_opts.get("momentum", 0.0),
+            schedule=schedule,
+            decay=run_opts.get("decay", 0.1),
+            clip_norm=run_opts.get("clip_norm"),
+            num_steps=self.num_steps,
+        )
+        plateau = {v: run_opts[k] for k, v in PLATEAU_OPTIONS.items() if k in run_opts}
+        if plateau and schedule != "plateau":
+            given = ", ".join(k for k in PLATEAU_OPTIONS if k in run_opts)
+            raise ConfigError(
+                f"option(s) {given}: apply to schedule='plateau' only, got schedule={schedule!r}. "
+                "Pass schedule='plateau' (the default with num_steps=None), or leave them out."
+            )
+        #: The reduce-on-plateau rule (None for another schedule), and the lr's cuts so far.
+        self.plateau = Plateau.build(**plateau) if schedule == "plateau" else None
+        self.schedule, self.lr_cuts = schedule, []
+        return opt_config
+
+    def _set_up_guide(self, spec: Any, init_loc: Any, guide_opts: dict) -> None:
+        """The guide, the model's ``param`` sites, the loss and the model's density, and the
+        layout of the parameters they fit (``self.param_layout``) with their start at this
+        run's seed (``self._initial``)."""
+        setup, be, seed = self.setup, self.setup.backend, self.seed
+        amortized = isinstance(spec, Amortized)
+        self.guide = build_guide(
+            setup,
+            spec,
+            lambda: guide_init(setup, init_loc, seed),
+            seed,
+            guide_opts,
+            RUN_OPTIONS,
+            self.batch_size,
+        )
+        self.guide_settings = dict(guide_opts)
+        model_sites = {n: r for n, r in setup.sites.items() if r.kind == "param"}
+        self.model_params = ModelParams(model_sites, be) if model_sites else None
+        self.kl = None if amortized else analytic_kl_sites(setup, self.guide, self.objective)
+        if amortized:  # per-point bounds (ppl_bdl.inference.vi.objectives_amortized)
+            self.loss, self.density = make_amortized_loss(
+                self.guide, self.objective, self.model_params
+            )
+        else:
+            exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
+            self.density = ModelDensity(setup.bound, be, setup.layout, setup.params, exclude)
+            plate = self.minibatch[0] if self.minibatch else None
+            #: The loss (negative objective) ``loss(params, noise, batch)``.
+            self.loss = make_loss(
+                self.guide, self._potential, self.objective, be, plate, self.kl, self.model_params
+            )
+        shapes = dict(self.guide.param_layout.shapes)
+        initial = self.guide.initial_params()
+        if self.model_params is not None:
+            shapes.update(self.model_params.shapes)
+            initial.update(self.model_params.initial())
+        self.param_layout = ParamLayout(shapes)
+        self._initial = initial
+
+    def _set_up_fits(self, num_chains: int, options: dict, opt_config: OptimizerConfig) -> None:
+        """Each fit's start, minibatch order and lr scale, and the run's progress so far."""
+        seed, setup = self.seed, self.setup
         self.num_chains = check_fits(num_chains, self.model_params)
         # Fit c > 0 is set up at its own seed; only its start is kept (the step is shared).
         starts = [self._initial] + [

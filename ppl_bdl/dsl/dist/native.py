@@ -1,4 +1,5 @@
-"""``log_prob`` and ``sample`` of a neutral spec, inside and outside a model.
+"""``log_prob`` and ``sample`` of a neutral spec by a backend's native distribution, inside and
+outside a model.
 
 Inside a model run (or ``with backend.activate():``) both run on that backend's native distribution
 and return backend arrays, so a density written with ``dist.X(...).log_prob`` can go into
@@ -25,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl import backends
-from ppl_bdl.errors import DistributionError
 from ppl_bdl.dsl.effects import active_backend, current_runtime
+from ppl_bdl.errors import DistributionError
 
 
 def _leaves(spec) -> list[Any]:
