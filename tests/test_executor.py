@@ -19,10 +19,20 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.errors import RunInterrupted
+from ppl_bdl.inference.loop.programs import clear_programs
 from ppl_bdl.posterior.chains import detach, merge_chains
 from ppl_bdl.run import process_executor, ray_executor
 from ppl_bdl.run.executor import ChainJob, ExecutorError, GroupResult, run_job, split_chains
 from ppl_bdl.run.process_executor import DeviceExecutor
+
+
+@pytest.fixture(autouse=True)
+def _fresh_programs():
+    """The tests here stand in for a backend's loop or sampler: no program cached by an earlier
+    fit of the same model may skip them."""
+    clear_programs()
+    yield
+    clear_programs()
 
 
 @bdl.model

@@ -13,7 +13,17 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.errors import RunInterrupted
+from ppl_bdl.inference.loop.programs import clear_programs
 from ppl_bdl.run.executor import ExecutorInterrupted
+
+
+@pytest.fixture(autouse=True)
+def _fresh_programs():
+    """The tests here stand in for a backend's loop or sampler: no program cached by an earlier
+    fit of the same model may skip them."""
+    clear_programs()
+    yield
+    clear_programs()
 
 
 @bdl.model
@@ -254,6 +264,7 @@ SGLD = dict(method="sgld", step_size=1e-3, num_warmup=0, num_samples=60, chunk_s
 
 
 def _partial(monkeypatch, at: int, **kw):
+    clear_programs()  # each fit compiles its loop anew, through the stand-in
     with monkeypatch.context() as patch:
         _interrupt_chunks(patch, "pyro", at)
         with pytest.raises(RunInterrupted) as info:

@@ -473,7 +473,7 @@ def _fit_small(**kw):
         (dict(optimizer="vadam", curvature="ggn"), "curvature='ggn' applies to optimizer='vogn'"),
         (
             dict(optimizer="vogn", curvature="kfac"),
-            "unknown curvature 'kfac'; expected one of: 'fisher', 'ggn', 'hessian'",
+            "curvature='kfac'.*one of 'ggn', 'fisher', 'hessian'",
         ),
         (
             dict(optimizer="vogn", curvature="fisher", num_particles=2),
@@ -484,7 +484,7 @@ def _fit_small(**kw):
         (dict(optimizer="adam", beta2=0.99), "beta2 do not apply to optimizer='adam'"),
         (dict(optimizer="adam", curvature="ggn"), "curvature do not apply to optimizer='adam'"),
         (dict(optimizer="vogn", beta1=1.0), "beta1 must be a number in \\[0, 1\\), got 1.0"),
-        (dict(optimizer="newton"), "unknown optimizer 'newton'.*'vadam'.*'vogn'"),
+        (dict(optimizer="newton"), "optimizer='newton'.*'vogn'.*'vadam'"),
     ],
 )
 def test_errors(options, match):

@@ -93,6 +93,13 @@ class ProgramCache:
 _CACHES: dict[int, tuple[Any, ProgramCache]] = {}
 
 
+def clear_programs() -> None:
+    """Drop every backend's compiled programs (what a test that stands in for a backend's
+    ``compile_loop`` needs: a cached program would not call it)."""
+    for _, cache in _CACHES.values():
+        cache.clear()
+
+
 def programs(backend) -> ProgramCache:
     """The program cache of ``backend``.
 
