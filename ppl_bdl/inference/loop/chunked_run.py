@@ -141,7 +141,7 @@ class GroupRun:
                     _drop_last_row(rows, kept_infos)
                 break
             if self.bar is not None:
-                self.bar.update(steps * len(group))
+                self.bar.update(steps * len(group), result.infos)
         per_chain = _per_chain(rows, kept_infos, step_infos, len(group), vectorised)
         return GroupPart(*per_chain, state, failure)
 

@@ -385,7 +385,7 @@ class VIRun:
                 parts.append(losses)
                 done += losses.shape[1]
                 if bar is not None:
-                    bar.update(losses.shape[1])
+                    bar.update(losses.shape[1], {"loss": losses})
                 watched = [c for c in range(self.num_chains) if self.stopped[c] is None]
                 for c in watched if failure is None else []:
                     verdict = monitors[c].update(done, losses[c], lambda c=c: self._current(c))
