@@ -241,7 +241,8 @@ def test_a_plateau_fit_cuts_its_lr_records_the_steps_and_compiles_once(backend):
 
 
 def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
-    """The issue's run, at the flow's old default lr=0.01 (1000 steps, segments of 100)."""
+    """The flow at lr=0.01 on the sine BNN (segments of 100 steps): the loss diverges within
+    1,000 steps; the run stops there, well before its 2,000."""
     X, y = regression.make_sine_data()
     post = _quiet_fit(
         bnn.bnn_regression(X, y),
@@ -249,12 +250,12 @@ def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
         method="vi",
         guide="flow",
         lr=0.01,
-        num_steps=1000,
+        num_steps=2000,
         num_samples=200,
     )
     settings = post.settings
     assert settings["stop_reason"] == "diverging"
-    assert settings["best_step"] < settings["stopped_at"] == len(post.losses) < 1000
+    assert settings["best_step"] < settings["stopped_at"] == len(post.losses) <= 1100
     assert post.diagnostics.kinds()[0] == "vi_diverged"
     parts = post.losses.reshape(-1, 100)
     segments, low, best = parts.mean(axis=1), int(np.argmin(parts.mean(axis=1))), None

@@ -40,7 +40,13 @@ from ppl_bdl.inference.optim import OptimizerConfig, unit_schedule
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.vi.chains import check_fits, fit_seed
 from ppl_bdl.inference.vi.chains import each as _each
-from ppl_bdl.inference.vi.guide_setup import DEFAULT_LR, DEFAULT_PARTICLES, build_guide, guide_init
+from ppl_bdl.inference.vi.guide_setup import (
+    DEFAULT_LR,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_PARTICLES,
+    build_guide,
+    guide_init,
+)
 from ppl_bdl.inference.vi.guides.amortized import Amortized
 from ppl_bdl.inference.vi.guides.base import FittedGuide, ParamLayout
 from ppl_bdl.inference.vi.monitor import (
@@ -120,7 +126,7 @@ def run_vi(
     ``@bdl.guide`` function), ``objective`` ("elbo", "renyi", "iwae"), ``alpha``, ``kl`` ("auto",
     "analytic", "mc"), ``gradient`` ("total", the default; "path": the path derivative, sticking
     the landing, :mod:`ppl_bdl.inference.vi.objectives`), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
-    the loss has converged, at least 2,000 and at most 100,000 steps; see
+    the loss has converged, at least 2,000 and at most 100,000 steps (20,000 for the flow guide); see
     :mod:`~ppl_bdl.inference.vi.monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
     (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("plateau", the
     default with ``num_steps=None``: the lr cut by ``plateau_factor`` (0.5) where the loss is flat
@@ -207,15 +213,19 @@ class VIRun:
         run_opts = {k: v for k, v in options.items() if k in RUN_OPTIONS}
         guide_opts = {k: v for k, v in options.items() if k not in RUN_OPTIONS}
         num_steps = run_opts.get("num_steps")
+        spec = run_opts.get("guide", "meanfield")
         self.auto = num_steps is None  # run to convergence, capped
         if self.auto:
-            num_steps = AUTO_MAX_STEPS
+            num_steps = (
+                DEFAULT_MAX_STEPS.get(spec, AUTO_MAX_STEPS)
+                if isinstance(spec, str)
+                else AUTO_MAX_STEPS
+            )
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ConfigError(
                 f"num_steps must be an int >= 1 (or None: until converged), got {num_steps!r}."
             )
         self.num_steps, self.seed = num_steps, seed
-        spec = run_opts.get("guide", "meanfield")
         amortized = isinstance(spec, Amortized)
         name = spec if isinstance(spec, str) else ("amortized" if amortized else "custom")
         self.objective = ObjectiveConfig.build(
