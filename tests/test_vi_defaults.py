@@ -261,8 +261,9 @@ def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
     segments, low, best = parts.mean(axis=1), int(np.argmin(parts.mean(axis=1))), None
     # The best state: the latest segment within TIE_SE standard errors of the lowest (a tie).
     for i in range(low, len(segments)):
+        low_se = segment_se(parts[low])
         if segments[i] - segments[low] <= TIE_SE * np.hypot(
-            segment_se(parts[i]), segment_se(parts[low])
+            min(segment_se(parts[i]), low_se), low_se
         ):
             best = 100 * (i + 1)
     assert settings["best_step"] == best
