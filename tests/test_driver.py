@@ -273,3 +273,37 @@ def test_a_subset_of_chains_draws_what_those_chains_draw_in_the_whole_run(backen
     np.testing.assert_array_equal(part.samples["w"], whole.samples["w"][[3, 1]])
     with pytest.raises(bdl.ConfigError, match="chain_ids must be"):
         bdl.fit(regression(*_data()), chain_ids=[4], **kw)
+
+
+def test_the_progress_bar_shows_acceptance_step_size_and_divergences(backend, monkeypatch):
+    """NUTS with ``progress=True``: once draws are kept, the bar's postfix holds the mean
+    acceptance rate, the step size and the divergences so far."""
+    from ppl_bdl.inference.loop import driver
+
+    shown = []
+    update = driver.ProgressBar.update
+
+    def record(self, steps, infos=None):
+        update(self, steps, infos)
+        shown.append(dict(self.postfix))
+
+    monkeypatch.setattr(driver.ProgressBar, "update", record)
+
+    @bdl.model
+    def normal():
+        bdl.sample("x", dist.Normal(0.0, 1.0))
+
+    post = bdl.fit(
+        normal(),
+        backend=backend,
+        method="nuts",
+        num_warmup=50,
+        num_samples=50,
+        num_chains=1,
+        chunk_size=25,
+        progress=True,
+    )
+    assert set(shown[-1]) == {"accept", "step size", "divergences"}
+    last_chunk = post.sample_stats["acceptance_rate"][0, -25:]  # the last chunk's draws
+    assert float(shown[-1]["accept"]) == pytest.approx(last_chunk.mean(), abs=0.006)
+    assert shown[-1]["divergences"] == str(int(post.sample_stats["diverging"].sum()))

@@ -241,7 +241,8 @@ def test_a_plateau_fit_cuts_its_lr_records_the_steps_and_compiles_once(backend):
 
 
 def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
-    """The issue's run, at the flow's old default lr=0.01 (1000 steps, segments of 100)."""
+    """The flow at lr=0.01 on the sine BNN (segments of 100 steps): the loss diverges within
+    1,000 steps; the run stops there, well before its 2,000."""
     X, y = regression.make_sine_data()
     post = _quiet_fit(
         bnn.bnn_regression(X, y),
@@ -249,19 +250,20 @@ def test_a_diverging_flow_stops_and_returns_its_best_state(backend):
         method="vi",
         guide="flow",
         lr=0.01,
-        num_steps=1000,
+        num_steps=2000,
         num_samples=200,
     )
     settings = post.settings
     assert settings["stop_reason"] == "diverging"
-    assert settings["best_step"] < settings["stopped_at"] == len(post.losses) < 1000
+    assert settings["best_step"] < settings["stopped_at"] == len(post.losses) <= 1100
     assert post.diagnostics.kinds()[0] == "vi_diverged"
     parts = post.losses.reshape(-1, 100)
     segments, low, best = parts.mean(axis=1), int(np.argmin(parts.mean(axis=1))), None
     # The best state: the latest segment within TIE_SE standard errors of the lowest (a tie).
     for i in range(low, len(segments)):
+        low_se = segment_se(parts[low])
         if segments[i] - segments[low] <= TIE_SE * np.hypot(
-            segment_se(parts[i]), segment_se(parts[low])
+            min(segment_se(parts[i]), low_se), low_se
         ):
             best = 100 * (i + 1)
     assert settings["best_step"] == best
@@ -376,3 +378,36 @@ def test_every_guide_at_its_defaults_reaches_a_long_small_step_run(backend, name
     run = default.settings["steps_run"]  # printed: shown with pytest -rP
     print(f"{backend} {name} {guide}: {ours:.2f} ({run} steps) ref {ref:.2f} limit {limit:.2f}")
     assert ours <= limit, (ours, ref)
+
+
+@pytest.mark.slow  # about 10,000-20,000 steps of 8 particles per backend
+def test_the_flow_guide_at_its_defaults_fits_a_1_16_1_bnn(backend):
+    """A 1-16-1 tanh BNN on 120 points of the sine data (true noise sigma 0.15): the flow guide
+    at its defaults ends with sigma within 30% of the truth, and the run to convergence stops
+    by its cap."""
+    X, y = regression.make_sine_data(n=120)
+    model = bnn.make_bnn_regression(hidden=(16,))
+    post = _quiet_fit(model(X, y), backend=backend, method="vi", guide="flow", num_samples=500)
+    sigma = float(post.samples["sigma"].mean())
+    assert abs(sigma - 0.15) < 0.3 * 0.15, sigma
+    assert post.settings["steps_run"] <= AUTO_MAX_STEPS
+
+
+def test_the_vi_progress_bar_shows_the_loss(monkeypatch):
+    """With ``progress=True`` each segment's mean loss is the bar's postfix."""
+    from ppl_bdl.inference.loop import driver
+
+    shown = []
+    update = driver.ProgressBar.update
+
+    def record(self, steps, infos=None):
+        update(self, steps, infos)
+        shown.append(dict(self.postfix))
+
+    monkeypatch.setattr(driver.ProgressBar, "update", record)
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
+    post = bdl.fit(
+        _counted_mean(y), backend="numpyro", method="vi", num_steps=300, lr=0.05, progress=True
+    )
+    assert len(shown) == 3 and all(set(s) == {"loss"} for s in shown)
+    assert float(shown[-1]["loss"]) == pytest.approx(post.losses[-100:].mean(), rel=1e-3)

@@ -17,6 +17,7 @@ import numpy as np
 import pyro
 import torch
 from torch.distributions import constraints as tc
+from torch.utils import _pytree as pytree
 
 from ppl_bdl.backends.base import BackendBase, NativeSettings, device_names
 from ppl_bdl.backends.pyro import dists as _dists
@@ -268,7 +269,13 @@ class PyroBackend(BackendBase):
         return torch.func.grad(fn)
 
     def vmap(self, fn, in_axes=0):
-        """A loop over the leading axis of the mapped arguments (``in_axes`` 0 or None each)."""
+        """``fn`` over the leading axis of the mapped arguments (``in_axes`` 0 or None each): one
+        batched call of ``torch.func.vmap(fn)`` where ``fn`` allows it (tensors mapped, no random
+        numbers drawn, no Python branch on a value), else a loop over the points. Decided at the
+        first call and kept. Batched, a traced step holds ``fn``'s graph once rather than once
+        per point: the VI loss over 8 particles of a flow guide on a 1-16-1 BNN ran 2.3x faster
+        (benchmarks/flow_step.py)."""
+        vectorised: list[bool] = []
 
         def looped(*args):
             axes, mapped = split_mapped(args, in_axes)
@@ -280,7 +287,24 @@ class PyroBackend(BackendBase):
                 outs.append(fn(*row))
             return stack_tree(outs)
 
-        return looped
+        def mapped(*args):
+            axes, leaves = split_mapped(args, in_axes)
+            batched = torch.func.vmap(fn, in_dims=axes, randomness="error")
+            if not vectorised:
+                tensors = all(isinstance(a, torch.Tensor) for a in pytree.tree_leaves(leaves))
+                if tensors:
+                    try:
+                        out = batched(*args)
+                    except Exception:  # noqa: BLE001 - fn cannot be batched: loop over the points
+                        vectorised.append(False)
+                    else:
+                        vectorised.append(True)
+                        return out
+                else:
+                    vectorised.append(False)
+            return batched(*args) if vectorised[0] else looped(*args)
+
+        return mapped
 
     def traced_vmap(self, fn, example_args, in_axes=0):  # a traced torch.func.vmap, else a loop
         return vmap_or_loop(self, fn, example_args, in_axes)

@@ -115,7 +115,7 @@ class ChunkedRun:
                 if failure is not None:
                     break
                 if self.bar is not None:
-                    self.bar.update(steps * len(group))
+                    self.bar.update(steps * len(group), result.infos)
             except KeyboardInterrupt:
                 ran = sum(chunk.ran for chunk in done)
                 state = done[-1].state if done else state

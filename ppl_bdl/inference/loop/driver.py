@@ -294,10 +294,58 @@ def _loop_step(be, transition: Transition, vectorised: bool, unit):
     return step
 
 
-def progress_bar(total: int, name: str):
-    """A tqdm bar on stderr for ``total`` steps of ``name`` (None without tqdm)."""
+def progress_bar(total: int, name: str) -> ProgressBar | None:
+    """A progress bar on stderr for ``total`` steps of ``name`` (None without tqdm)."""
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return None
-    return tqdm(total=total, desc=name, file=sys.stderr, leave=False, unit="step")
+    return ProgressBar(tqdm(total=total, desc=name, file=sys.stderr, leave=False, unit="step"))
+
+
+class ProgressBar:
+    """A tqdm bar that also shows how the run goes, from each chunk's step infos, as NumPyro's
+    and PyMC's bars do: the mean loss (VI, ensembles), the mean acceptance rate, the step size
+    and the divergences so far (NUTS, HMC), the step size (SG-MCMC).
+
+    Example
+    -------
+    >>> import io
+    >>> from tqdm import tqdm
+    >>> bar = ProgressBar(tqdm(total=10, file=io.StringIO()))
+    >>> bar.update(5, {"acceptance_rate": np.array([0.7, 0.9]), "step_size": np.array([0.1, 0.1])})
+    >>> bar.postfix
+    {'accept': '0.80', 'step size': '0.1'}
+    """
+
+    def __init__(self, bar):
+        self.bar = bar
+        self.postfix: dict[str, str] = {}
+        self._divergences = 0
+
+    def update(self, steps: int, infos: dict | None = None) -> None:
+        """Advance by ``steps``; ``infos``: the steps' infos (arrays of one value per step, and
+        per chain where chains run side by side), whose summary the bar shows."""
+        shown = self._summary(infos) if infos else {}
+        if shown:  # a chunk that kept nothing (warmup) leaves the last summary shown
+            self.postfix = shown
+            self.bar.set_postfix(shown, refresh=False)
+        self.bar.update(steps)
+
+    def _summary(self, infos: dict) -> dict[str, str]:
+        values = {k: np.asarray(v, dtype=float) for k, v in infos.items() if np.size(v)}
+        shown = {}
+        loss = values.get("loss")
+        if loss is not None and np.isfinite(loss).any():
+            shown["loss"] = f"{loss[np.isfinite(loss)].mean():.4g}"
+        if "acceptance_rate" in values:
+            shown["accept"] = f"{values['acceptance_rate'].mean():.2f}"
+        if "step_size" in values:  # the chunk's last step (its chains' mean)
+            shown["step size"] = f"{np.mean(values['step_size'][-1]):.3g}"
+        if "diverging" in values:
+            self._divergences += int(values["diverging"].sum())
+            shown["divergences"] = str(self._divergences)
+        return shown
+
+    def close(self) -> None:
+        self.bar.close()

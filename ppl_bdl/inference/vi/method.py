@@ -60,7 +60,7 @@ class VI(Method):
     gradient: str = option("total", "'total' or 'path' (the path derivative, Roeder et al. 2017)")
     num_particles: int | None = option(None, "draws per step (None: 1; 8 for flow)")
     num_steps: int | None = option(
-        None, "optimizer steps (None: until the loss converges, 2,000 to 100,000)"
+        None, "optimizer steps (None: until the loss converges, 2,000 to 100,000; 20,000 for flow)"
     )
     batch_size: int | None = option(None, "minibatch size (None: the full data)")
     optimizer: str = option("adam", "'adam', 'sgd', 'vogn' or 'vadam' (natural gradients)")

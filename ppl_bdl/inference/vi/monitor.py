@@ -75,8 +75,8 @@ PATIENCE = 2
 DIVERGENCE_SE = 5.0
 #: The threshold's main part: this fraction of what the run had gained (first mean - best).
 DIVERGENCE_FRACTION = 0.5
-#: A segment whose mean loss is within this many standard errors (of the two segments' means,
-#: combined) of the best is a tie with it, and the later state is kept.
+#: A segment whose mean loss is within this many standard errors (:func:`tie_se`) of the best
+#: is a tie with it, and the later state is kept.
 TIE_SE = 3.0
 #: ``num_steps=None``: run until the loss has converged (:meth:`LossMonitor.converged`), at
 #: least AUTO_MIN_STEPS steps and at most AUTO_MAX_STEPS.
@@ -172,6 +172,20 @@ def segment_se(losses: np.ndarray) -> float:
     return float(residual.std() / math.sqrt(losses.size))
 
 
+def tie_se(se: float, best_se: float) -> float:
+    """The standard error of a segment's mean minus the best segment's, for the tie test: the
+    segment's own SE counts only up to the best's, so a segment noisier than the best (a loss
+    that now and then blows up by orders of magnitude: its SE is as large as its excess) is no
+    tie by its own noise.
+
+    Example
+    -------
+    >>> round(tie_se(0.1, 0.1), 4), tie_se(500.0, 0.1) == tie_se(0.1, 0.1)
+    (0.1414, True)
+    """
+    return math.hypot(min(se, best_se), best_se)
+
+
 def segment_length(num_steps: int, chunk_size: int | None = None) -> int:
     """Steps per segment: ``chunk_size`` if given, else about ``num_steps / SEGMENTS`` within
     [MIN_SEGMENT, MAX_SEGMENT] (and never more than ``num_steps``).
@@ -243,7 +257,7 @@ class LossMonitor:
             self.best, self.best_step, self.best_params = mean, step, params()
             self.best_se = se
             self._above = 0
-        elif mean - self.best <= TIE_SE * math.hypot(se, self.best_se):
+        elif mean - self.best <= TIE_SE * tie_se(se, self.best_se):
             self.best_step, self.best_params = step, params()  # a tie: keep the later state
             self._above = 0
         else:

@@ -40,7 +40,13 @@ from ppl_bdl.inference.loop.programs import cached_transition
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.vi.chains import check_fits, fit_seed
 from ppl_bdl.inference.vi.chains import each as _each
-from ppl_bdl.inference.vi.guide_setup import DEFAULT_LR, DEFAULT_PARTICLES, build_guide, guide_init
+from ppl_bdl.inference.vi.guide_setup import (
+    DEFAULT_LR,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_PARTICLES,
+    build_guide,
+    guide_init,
+)
 from ppl_bdl.inference.vi.guides.amortized import Amortized
 from ppl_bdl.inference.vi.guides.base import FittedGuide, ParamLayout
 from ppl_bdl.inference.vi.monitor import (
@@ -122,7 +128,7 @@ def run_vi(
     ``@bdl.guide`` function), ``objective`` ("elbo", "renyi", "iwae"), ``alpha``, ``kl`` ("auto",
     "analytic", "mc"), ``gradient`` ("total", the default; "path": the path derivative, sticking
     the landing, :mod:`ppl_bdl.inference.vi.objectives`), ``num_particles`` (1; 8 for the flow guide), ``num_steps`` (None: until
-    the loss has converged, at least 2,000 and at most 100,000 steps; see
+    the loss has converged, at least 2,000 and at most 100,000 steps (20,000 for the flow guide); see
     :mod:`~ppl_bdl.inference.vi.monitor`), ``batch_size``, ``optimizer`` ("adam", "sgd"), ``lr``
     (0.01; 0.003 for fullrank, 0.001 for flow), ``momentum``, ``schedule`` ("plateau", the
     default with ``num_steps=None``: the lr cut by ``plateau_factor`` (0.5) where the loss is flat
@@ -216,12 +222,12 @@ def _raise_failure(failure: tuple, losses: np.ndarray, partial: Any) -> NoReturn
     )
 
 
-def _step_budget(num_steps: Any) -> tuple[bool, int]:
-    """Whether the run goes until converged (``num_steps=None``, capped at
-    ``AUTO_MAX_STEPS``), and its number of steps; a bad ``num_steps`` refused."""
+def _step_budget(num_steps: Any, cap: int | None = None) -> tuple[bool, int]:
+    """Whether the run goes until converged (``num_steps=None``, capped at ``cap``, the guide's
+    own cap, else ``AUTO_MAX_STEPS``), and its number of steps; a bad ``num_steps`` refused."""
     auto = num_steps is None
     if auto:
-        num_steps = AUTO_MAX_STEPS
+        num_steps = AUTO_MAX_STEPS if cap is None else cap
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
         raise ConfigError(
             f"num_steps must be an int >= 1 (or None: until converged), got {num_steps!r}."
@@ -242,9 +248,10 @@ class VIRun:
     def __init__(self, setup: Setup, seed: int, num_chains: int = 1, **options: Any):
         run_opts = {k: v for k, v in options.items() if k in RUN_OPTIONS}
         guide_opts = {k: v for k, v in options.items() if k not in RUN_OPTIONS}
-        self.auto, self.num_steps = _step_budget(run_opts.get("num_steps"))
-        self.seed = seed
         spec = run_opts.get("guide", "meanfield")
+        cap = DEFAULT_MAX_STEPS.get(spec, AUTO_MAX_STEPS) if isinstance(spec, str) else None
+        self.auto, self.num_steps = _step_budget(run_opts.get("num_steps"), cap)
+        self.seed = seed
         amortized = isinstance(spec, Amortized)
         name = spec if isinstance(spec, str) else ("amortized" if amortized else "custom")
         self.objective = ObjectiveConfig.build(
@@ -432,7 +439,7 @@ class VIRun:
                 parts.append(losses)
                 done += losses.shape[1]
                 if bar is not None:
-                    bar.update(losses.shape[1])
+                    bar.update(losses.shape[1], {"loss": losses})
                 watched = [c for c in range(self.num_chains) if self.stopped[c] is None]
                 for c in watched if failure is None else []:
                     verdict = monitors[c].update(done, losses[c], lambda c=c: self._current(c))
