@@ -9,7 +9,7 @@ Example
 >>> import ppl_bdl as bdl
 >>> sorted(bdl.backends.available())
 ['numpyro', 'pyro']
->>> be = bdl.backends.get("numpyro")
+>>> backend = bdl.backends.get("numpyro")
 """
 
 from __future__ import annotations
@@ -189,8 +189,8 @@ def owner_of(*values) -> Backend | None:
     >>> import numpy as np, ppl_bdl as bdl
     >>> bdl.backends.owner_of(np.zeros(3), 1.0) is None
     True
-    >>> be = bdl.backends.get("pyro")
-    >>> bdl.backends.owner_of(be.asarray([1.0])).name
+    >>> backend = bdl.backends.get("pyro")
+    >>> bdl.backends.owner_of(backend.asarray([1.0])).name
     'pyro'
     """
     owner = None

@@ -149,11 +149,11 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
         """Our CPU chunk program of ``steps`` steps, lowered (the JAX backend only)."""
         be = setup.backend
         transition, data = sgmcmc_transition(setup, config, plate, steps)
-        runner = be.compile_loop(driver_step(be, transition), transition.emit)
-        with be.scope(), be.activate():
-            state = transition.init(be.random.key(0), be.asarray(start[0]), data)
+        runner = backend.compile_loop(driver_step(be, transition), transition.emit)
+        with backend.scope(), backend.activate():
+            state = transition.init(backend.random.key(0), backend.asarray(start[0]), data)
             xs = chunk_inputs(be, steps, steps, [EpochBatches(n, batch, 0)], False)
-            inputs = (data, be.asarray(step_size), be.random.key(1))
+            inputs = (data, backend.asarray(step_size), backend.random.key(1))
             keep = np.zeros(steps, bool)
             keep[-kept:] = True
             header = chunk_header(keep, steps, 0, kept)
@@ -165,9 +165,9 @@ def ours_loop(backend: str, method: str, bound, batch: int, step_size: float, ke
     return run
 
 
-def driver_step(be, transition):
+def driver_step(backend, transition):
     """The driver's loop step of one chain at a constant rate (what ``compile_loop`` gets)."""
-    return _loop_step(be, transition, False, None)
+    return _loop_step(backend, transition, False, None)
 
 
 def _initial(size: Size, rng) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -115,10 +115,10 @@ def check_same_loss(vi, hand_loss) -> float:
 
     from ppl_bdl.backend_protocol import Batch
 
-    be = vi.setup.backend
+    backend = vi.setup.backend
     eps = torch.randn(PARTICLES, vi.guide.dim, generator=torch.Generator().manual_seed(1))
-    with be.scope(), be.activate():
-        params = {k: be.asarray(v) for k, v in vi._initial.items()}
+    with backend.scope(), backend.activate():
+        params = {k: backend.asarray(v) for k, v in vi._initial.items()}
         ours_loss = float(vi.loss(params, eps, Batch(vi.density.data, None)))
     with torch.no_grad():
         hand = float(hand_loss(eps))

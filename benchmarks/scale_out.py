@@ -91,9 +91,9 @@ def mesh_of_one(device: str):
     from ppl_bdl.backends.numpyro.backend import NumPyroBackend
     from ppl_bdl.backends.numpyro.shard import Placement
 
-    be = NumPyroBackend(device=device)  # not the cached backend of ``device``
-    be._placement = Placement([be._jax_device], "chains")
-    return be
+    backend = NumPyroBackend(device=device)  # not the cached backend of ``device``
+    backend._placement = Placement([backend._jax_device], "chains")
+    return backend
 
 
 def loop(

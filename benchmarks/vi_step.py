@@ -298,18 +298,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="timings per variant (best kept)")
     args = parser.parse_args()
     backends = ["numpyro", "pyro"] if args.backend == "both" else [args.backend]
-    for be in backends:
-        steps = args.steps or (5000 if be == "numpyro" else 500)
-        native_steps = steps if be == "numpyro" else max(50, steps // 5)
+    for backend in backends:
+        steps = args.steps or (5000 if backend == "numpyro" else 500)
+        native_steps = steps if backend == "numpyro" else max(50, steps // 5)
         X, y = make_data(args.sizes[0])
-        floor = floor_numpyro if be == "numpyro" else floor_pyro
-        native = native_numpyro if be == "numpyro" else native_pyro
-        hand = hand_vi_numpyro if be == "numpyro" else hand_vi_pyro
-        runs = {"a": floor(X, y), "a'": hand(X, y), "b": ours(be, X, y), "c": native(X, y)}
+        floor = floor_numpyro if backend == "numpyro" else floor_pyro
+        native = native_numpyro if backend == "numpyro" else native_pyro
+        hand = hand_vi_numpyro if backend == "numpyro" else hand_vi_pyro
+        runs = {"a": floor(X, y), "a'": hand(X, y), "b": ours(backend, X, y), "c": native(X, y)}
         counts = {"a": steps, "a'": steps, "b": steps, "c": native_steps}
         times = interleaved(runs, counts, args.rounds)
         a, a2, b, c = times["a"], times["a'"], times["b"], times["c"]
-        print(f"\n== {be}: BNN 8-{HIDDEN}-1, B={B}, {steps} timed steps ==")
+        print(f"\n== {backend}: BNN 8-{HIDDEN}-1, B={B}, {steps} timed steps ==")
         print(f"(a) hand-written SGD step     N={args.sizes[0]:>9,}: {a:8.4f} ms/step")
         print(f"(a') hand-written VI step     N={args.sizes[0]:>9,}: {a2:8.4f} ms/step")
         print(f"(b) ours, meanfield VI step   N={args.sizes[0]:>9,}: {b:8.4f} ms/step")
@@ -320,7 +320,7 @@ def main() -> None:
         print(f"    (c)/(b) = {c / b:6.2f}  (target >= 4)")
         for n in args.sizes[1:]:
             Xn, yn = make_data(n)
-            bn = per_step(ours(be, Xn, yn), steps, args.rounds)
+            bn = per_step(ours(backend, Xn, yn), steps, args.rounds)
             # The floor at N too: its minibatch gathers miss the caches as ours do, which shows
             # how much of the ratio is the memory hierarchy rather than O(N) work.
             an = per_step(floor(Xn, yn), steps, args.rounds)
@@ -333,7 +333,7 @@ def main() -> None:
                 f"ratio to N={args.sizes[0]:,}: {an / a:5.2f}"
             )
         for guide, kw in (("lowrank", {"rank": 10}), ("flow", {"num_layers": 4, "hidden": 64})):
-            t = per_step(ours(be, X, y, guide=guide, **kw), steps, args.rounds)
+            t = per_step(ours(backend, X, y, guide=guide, **kw), steps, args.rounds)
             print(f"    ours, {guide:<8} {str(kw):<32} N={args.sizes[0]:>9,}: {t:8.4f} ms/step")
 
 

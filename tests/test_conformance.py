@@ -106,5 +106,5 @@ def test_every_model_method_and_backend(backend, name, method):
 
 def test_the_third_backend_is_found_through_its_entry_point():
     assert "jaxdelegate" in bdl.backends.available()
-    be = bdl.backends.get("jaxdelegate")
-    assert type(be).__module__ == "ppl_bdl_third_backend"
+    backend = bdl.backends.get("jaxdelegate")
+    assert type(backend).__module__ == "ppl_bdl_third_backend"

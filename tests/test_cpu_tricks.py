@@ -79,10 +79,10 @@ def test_the_switch_picks_the_random_functions(monkeypatch, tricks):
 def test_the_switch_picks_the_cpu_loop(tricks, shape):
     """The loop's contract holds in both shapes, and only the chosen program is compiled (a
     failed chunk's gated re-run aside)."""
-    be = NumPyroBackend(cpu_tricks=tricks)
-    runner = be.compile_loop(_grow, lambda state: state)
+    backend = NumPyroBackend(cpu_tricks=tricks)
+    runner = backend.compile_loop(_grow, lambda state: state)
     assert runner.shape == shape
-    _check_loop_contract(be, runner)
+    _check_loop_contract(backend, runner)
     chosen, other = (runner.fast, runner.scan) if tricks else (runner.scan, runner.fast)
     assert chosen._cache_size() > 0 and other._cache_size() == 0
 

@@ -136,11 +136,11 @@ def test_pyro_fits_flush_subnormals_on_the_cpu_and_restore_torch_default():
     """As XLA does on the CPU: subnormal floats (a saturated softmax's gradient) are flushed to
     zero while a Pyro fit runs (they made a step 2.5x slower), and torch's default comes back."""
     torch = pytest.importorskip("torch")
-    be = bdl.backends.get("pyro")
+    backend = bdl.backends.get("pyro")
     tiny = torch.tensor(1e-39)  # subnormal in float32
     assert float(tiny * 1.0) != 0.0
-    with be.scope():
-        with be.scope():  # nested scopes (a fit inside a fit's callback) switch it once
+    with backend.scope():
+        with backend.scope():  # nested scopes (a fit inside a fit's callback) switch it once
             pass
         assert float(tiny * 1.0) == 0.0
     assert float(tiny * 1.0) != 0.0

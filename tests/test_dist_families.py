@@ -20,11 +20,11 @@ def _float64(name):
     return bdl.backends.get(name, "float64")
 
 
-def _run_compiled(be, fn, *args):
+def _run_compiled(backend, fn, *args):
     """``fn(*args)`` as one compiled call (one XLA compile for every family, not one per op)."""
-    with be.scope(), be.activate():
-        out = be.jit(fn)(*args)
-        return [be.to_numpy(x) for x in out]
+    with backend.scope(), backend.activate():
+        out = backend.jit(fn)(*args)
+        return [backend.to_numpy(x) for x in out]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

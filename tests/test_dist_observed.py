@@ -96,12 +96,14 @@ def _logreg_data():
     return X, y
 
 
-def _log_joint(be, bound, values):
+def _log_joint(backend, bound, values):
     """The model's log joint at ``values`` through the validating path a fit traces first."""
-    with be.scope():
-        ev = Evaluator(be, values={k: be.asarray(v) for k, v in values.items()}, validate=True)
+    with backend.scope():
+        ev = Evaluator(
+            backend, values={k: backend.asarray(v) for k, v in values.items()}, validate=True
+        )
         bound.run_with(ev)
-    return float(be.to_numpy(ev.log_joint))
+    return float(backend.to_numpy(ev.log_joint))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

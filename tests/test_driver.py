@@ -27,8 +27,8 @@ def test_both_shapes_of_the_jax_loop_keep_the_contract(on_cpu):
     a GPU shape (a gated scan): both run here, whatever the device."""
     from ppl_bdl.backends.numpyro.loop import compile_loop
 
-    be = bdl.backends.get("numpyro")
-    _check_loop_contract(be, compile_loop(_grow, lambda state: state, on_cpu=on_cpu))
+    backend = bdl.backends.get("numpyro")
+    _check_loop_contract(backend, compile_loop(_grow, lambda state: state, on_cpu=on_cpu))
 
 
 def _grow(state, x, data, t):
@@ -36,21 +36,21 @@ def _grow(state, x, data, t):
     return new, {"value": new, "log": bm.log(new), "t": t}
 
 
-def _check_loop_contract(be, runner):
-    with be.scope(), be.activate():
-        xs = {"inc": be.asarray(np.array([1.0, 2.0, 3.0, -100.0, 5.0, 0.0]))}
+def _check_loop_contract(backend, runner):
+    with backend.scope(), backend.activate():
+        xs = {"inc": backend.asarray(np.array([1.0, 2.0, 3.0, -100.0, 5.0, 0.0]))}
         keep = np.array([True, False, True, True, True, False])
-        two = be.asarray(2.0)
-        full = runner(be.asarray(0.0), xs, two, keep, 3, 7, 4)  # three steps: 2, 6, 12
+        two = backend.asarray(2.0)
+        full = runner(backend.asarray(0.0), xs, two, keep, 3, 7, 4)  # three steps: 2, 6, 12
         assert float(full.state) == 12.0 and full.failed_at == -1 and full.failed_info is None
         np.testing.assert_allclose(full.rows, [2.0, 12.0])
         np.testing.assert_allclose(full.infos["value"], [2.0, 6.0, 12.0])
         np.testing.assert_array_equal(full.infos["t"], [7, 8, 9])  # numbered from `first`
-        kept_only = runner(be.asarray(0.0), xs, two, keep, 3, 7, 4, trace=False)
+        kept_only = runner(backend.asarray(0.0), xs, two, keep, 3, 7, 4, trace=False)
         np.testing.assert_allclose(kept_only.infos["value"], [2.0, 12.0])
-        none_kept = runner(be.asarray(0.0), xs, two, np.zeros(6, bool), 2, 0, 4)
+        none_kept = runner(backend.asarray(0.0), xs, two, np.zeros(6, bool), 2, 0, 4)
         assert none_kept.rows is None and float(none_kept.state) == 6.0
-        failed = runner(be.asarray(0.0), xs, two, keep, 5, 0, 4)  # step 3 makes it negative
+        failed = runner(backend.asarray(0.0), xs, two, keep, 5, 0, 4)  # step 3 makes it negative
         assert failed.failed_at == 3 and np.isnan(failed.failed_info["log"])
         np.testing.assert_allclose(failed.rows, [2.0, 12.0])
         np.testing.assert_allclose(failed.infos["value"], [2.0, 6.0, 12.0])

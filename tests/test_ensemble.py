@@ -256,13 +256,17 @@ def test_the_anchored_step_has_no_per_step_gate():
     config = EnsembleConfig.build(num_steps=20, batch_size=5, anchored=True, schedule="cosine")
     plate = minibatch_plate(setup, config.batch_size)
     transition, data = ensemble_transition(setup, config, plate, resolve_anchors(setup, True))
-    be, steps = setup.backend, config.num_steps
+    backend, steps = setup.backend, config.num_steps
     unit = unit_schedule(config.optimizer)
-    runner = be.compile_loop(driver._loop_step(be, transition, False, unit), transition.emit)
-    with be.scope(), be.activate():
-        state = transition.init(be.random.key(0), be.asarray(np.zeros(setup.layout.dim)), data)
-        xs = chunk_inputs(be, steps, steps, [EpochBatches(10, 5, 0)], False)
-        inputs = (data, be.asarray(0.1), be.random.key(1))
+    runner = backend.compile_loop(
+        driver._loop_step(backend, transition, False, unit), transition.emit
+    )
+    with backend.scope(), backend.activate():
+        state = transition.init(
+            backend.random.key(0), backend.asarray(np.zeros(setup.layout.dim)), data
+        )
+        xs = chunk_inputs(backend, steps, steps, [EpochBatches(10, 5, 0)], False)
+        inputs = (data, backend.asarray(0.1), backend.random.key(1))
         header = chunk_header(np.zeros(steps, bool), steps, 0, 1)
         lowered = runner.fast.lower(state, xs, inputs, header, length=steps, num_rows=1, trace=True)
     assert float_gates(lowered.as_text()) == 0

@@ -47,9 +47,9 @@ def _density(bound, backend):
     return setup, ModelDensity(setup.bound, setup.backend, setup.layout, setup.params)
 
 
-def _potential(density, be, flat):
-    with be.scope(), be.activate():
-        return float(be.to_numpy(density.potential(be.asarray(flat))))
+def _potential(density, backend, flat):
+    with backend.scope(), backend.activate():
+        return float(backend.to_numpy(density.potential(backend.asarray(flat))))
 
 
 def test_mixture_marginal_density_is_the_closed_form(backend):

@@ -36,8 +36,8 @@ def mean_model(y):
 def _interrupt_second_chunk(monkeypatch, backend_name, chunk: int = 2):
     """Make the backend's compiled loops raise KeyboardInterrupt (Ctrl-C) while their second (or
     ``chunk``-th) chunk runs."""
-    be = bdl.backends.get(backend_name)
-    original = type(be).compile_loop
+    backend = bdl.backends.get(backend_name)
+    original = type(backend).compile_loop
 
     def compile_loop(self, step, emit):
         runner = original(self, step, emit)
@@ -51,7 +51,7 @@ def _interrupt_second_chunk(monkeypatch, backend_name, chunk: int = 2):
 
         return interrupted
 
-    monkeypatch.setattr(type(be), "compile_loop", compile_loop)
+    monkeypatch.setattr(type(backend), "compile_loop", compile_loop)
 
 
 Y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
@@ -133,8 +133,8 @@ def _interrupt_step(monkeypatch, backend_name, at: int, where: str = "step"):
     """Make the backend's NUTS/HMC transitions raise KeyboardInterrupt at their ``at``-th
     ``step`` (counted over every chain; on Pyro's loop, which steps in Python, inside a chunk)
     or ``init`` (a chain starting)."""
-    be = bdl.backends.get(backend_name)
-    original, calls = type(be).native_transition, {"n": 0}
+    backend = bdl.backends.get(backend_name)
+    original, calls = type(backend).native_transition, {"n": 0}
 
     def native_transition(self, potential, settings):
         transition = original(self, potential, settings)
@@ -147,14 +147,14 @@ def _interrupt_step(monkeypatch, backend_name, at: int, where: str = "step"):
 
         return transition._replace(**{where: counted})
 
-    monkeypatch.setattr(type(be), "native_transition", native_transition)
+    monkeypatch.setattr(type(backend), "native_transition", native_transition)
 
 
 def _interrupt_chunks(monkeypatch, backend_name, at: int):
     """Ctrl-C in the ``at``-th chunk of every compiled loop together (the fits of an executor's
     groups count on)."""
-    be = bdl.backends.get(backend_name)
-    original, calls = type(be).compile_loop, {"n": 0}
+    backend = bdl.backends.get(backend_name)
+    original, calls = type(backend).compile_loop, {"n": 0}
 
     def compile_loop(self, step, emit):
         runner = original(self, step, emit)
@@ -167,7 +167,7 @@ def _interrupt_chunks(monkeypatch, backend_name, at: int):
 
         return counted
 
-    monkeypatch.setattr(type(be), "compile_loop", compile_loop)
+    monkeypatch.setattr(type(backend), "compile_loop", compile_loop)
 
 
 NUTS = dict(num_warmup=50, num_samples=100, num_chains=1, progress=False)
@@ -214,8 +214,8 @@ def normal_gamma(y):
 
 def test_cavi_interrupted_keeps_its_factors(monkeypatch):
     """Ctrl-C at CAVI's third sweep: the factors after the second, drawn from, in partial."""
-    be = bdl.backends.get("numpyro", "float64")
-    original, calls = type(be).jit, {"n": 0}
+    backend = bdl.backends.get("numpyro", "float64")
+    original, calls = type(backend).jit, {"n": 0}
 
     def jit(self, fn, *args, **kwargs):
         compiled = original(self, fn, *args, **kwargs)
@@ -230,7 +230,7 @@ def test_cavi_interrupted_keeps_its_factors(monkeypatch):
 
         return counted
 
-    monkeypatch.setattr(type(be), "jit", jit)
+    monkeypatch.setattr(type(backend), "jit", jit)
     with pytest.raises(RunInterrupted, match="CAVI was interrupted at sweep 2") as info:
         bdl.fit(
             normal_gamma(Y),

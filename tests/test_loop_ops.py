@@ -69,7 +69,7 @@ def _ours(wrap=None, wrap_init=None):
     """Our fast (CPU) chunk program for SGLD on ``mlp``, lowered; ``wrap`` changes the step,
     ``wrap_init`` the initial state."""
     setup = prepare(mlp(*_data()), "numpyro", "float32", 0)
-    be = setup.backend
+    backend = setup.backend
     plate = minibatch_plate(setup, B)
     transition, data = sgmcmc_transition(
         setup, SGMCMCConfig.build("sgld", step_size=1e-4, batch_size=B), plate, STEPS
@@ -78,11 +78,15 @@ def _ours(wrap=None, wrap_init=None):
         transition = transition._replace(step=wrap(transition.step))
     if wrap_init is not None:
         transition = transition._replace(init=wrap_init(transition.init))
-    runner = be.compile_loop(driver._loop_step(be, transition, False, None), transition.emit)
-    with be.scope(), be.activate():
-        state = transition.init(be.random.key(0), be.asarray(np.zeros(setup.layout.dim)), data)
-        xs = chunk_inputs(be, STEPS, STEPS, [EpochBatches(N, B, 0)], False)
-        inputs = (data, jnp.asarray(1e-4), be.random.key(1))
+    runner = backend.compile_loop(
+        driver._loop_step(backend, transition, False, None), transition.emit
+    )
+    with backend.scope(), backend.activate():
+        state = transition.init(
+            backend.random.key(0), backend.asarray(np.zeros(setup.layout.dim)), data
+        )
+        xs = chunk_inputs(backend, STEPS, STEPS, [EpochBatches(N, B, 0)], False)
+        inputs = (data, jnp.asarray(1e-4), backend.random.key(1))
         keep = np.zeros(STEPS, bool)
         keep[-ROWS:] = True
         header = chunk_header(keep, STEPS, 0, ROWS)

@@ -39,10 +39,10 @@ def classifier(lifted: nn.Module) -> bdl.Model:
     return model
 
 
-def apply_on(be, lifted: nn.Module, values: dict, x: np.ndarray) -> np.ndarray:
-    with be.activate():
-        out = lifted.apply({k: be.asarray(v) for k, v in values.items()}, be.asarray(x))
-        return np.asarray(be.to_numpy(out))
+def apply_on(backend, lifted: nn.Module, values: dict, x: np.ndarray) -> np.ndarray:
+    with backend.activate():
+        out = lifted.apply({k: backend.asarray(v) for k, v in values.items()}, backend.asarray(x))
+        return np.asarray(backend.to_numpy(out))
 
 
 # -- torch on Pyro -------------------------------------------------------------------------------

@@ -105,14 +105,14 @@ def _check_names_map_to_sites(name: str) -> None:
     from ppl_bdl.trace.layout import trace_model
 
     bound, reference = pdb.load(name)
-    be = bdl.backends.get(bdl.backends.available()[0])
-    sites = trace_model(bound, be)
+    backend = bdl.backends.get(bdl.backends.available()[0])
+    sites = trace_model(bound, backend)
     for stan_name in reference:
         if stan_name.startswith("_"):
             continue
         site, index = pdb.stan_index(stan_name)
         assert site in sites, (name, stan_name)
-        shape = np.shape(be.to_numpy(sites[site].value))
+        shape = np.shape(backend.to_numpy(sites[site].value))
         assert len(index) == len(shape) and all(i < n for i, n in zip(index, shape, strict=True))
 
 

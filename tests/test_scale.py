@@ -260,10 +260,10 @@ def test_a_list_of_one_device_is_that_device():
     names = ["sgld"]
     a, b = scale_fits.run(names, device="cpu:0"), scale_fits.run(names, device=["cpu:0"])
     np.testing.assert_array_equal(b["sgld"], a["sgld"])
-    be = bdl.backends.get("numpyro", device=["cpu:0"])
-    assert be.device_count == 1 and be.device == "cpu:0"
+    backend = bdl.backends.get("numpyro", device=["cpu:0"])
+    assert backend.device_count == 1 and backend.device == "cpu:0"
     tree = {"x": np.zeros((2, 1))}
-    assert be.place(tree, 0) is tree
+    assert backend.place(tree, 0) is tree
 
 
 # -- torch ---------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def _kernels(dim: int):
     ]
 
 
-def _run(be, kernel, position):
+def _run(backend, kernel, position):
     """``STEPS`` steps from ``position``, each with its own key from one seed; the last state
     and every step's info."""
     key = bdl.random.key(3)
@@ -54,7 +54,7 @@ def _run(be, kernel, position):
     for _ in range(STEPS):
         key, sub = bdl.random.split(key)
         state, info = kernel.step(sub, state, None, 0.01)
-        infos.append({k: float(be.to_numpy(v)) for k, v in info.items()})
+        infos.append({k: float(backend.to_numpy(v)) for k, v in info.items()})
     return state, infos
 
 

@@ -29,7 +29,7 @@ def _run_toy(settings: dict, chains: int = 100, steps: int = 10_000, burn: int =
     import jax
     import jax.numpy as jnp
 
-    be = bdl.backends.get("numpyro")
+    backend = bdl.backends.get("numpyro")
 
     def noisy_value_and_grad(theta, key_grad):  # the minibatch is the gradient noise's key
         noise = 2.0 * jax.random.normal(key_grad, theta.shape)
@@ -38,12 +38,12 @@ def _run_toy(settings: dict, chains: int = 100, steps: int = 10_000, burn: int =
     kernel = bdl.kernels.get("sghmc").factory(noisy_value_and_grad, **settings)
 
     def chain(key, x0):
-        with be.activate():
+        with backend.activate():
             state = kernel.init(x0)
 
         def body(state, key):
             key_grad, key_step = jax.random.split(key)
-            with be.activate():
+            with backend.activate():
                 state, _ = kernel.step(key_step, state, key_grad, 0.01)
             return state, state["position"][0]
 

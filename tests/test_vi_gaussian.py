@@ -99,8 +99,8 @@ def test_minibatch_matches_full_batch():
 def test_backends_agree():
     X, y = _data()
     fits = {
-        be: bdl.fit(linreg(X, y), backend=be, guide="meanfield", **FIT).guide.describe()
-        for be in bdl.backends.available()
+        backend: bdl.fit(linreg(X, y), backend=backend, guide="meanfield", **FIT).guide.describe()
+        for backend in bdl.backends.available()
     }
     if len(fits) < 2:
         pytest.xfail("needs both backends installed")

@@ -354,16 +354,18 @@ def test_per_point_function_that_cannot_be_vmapped_loops_with_a_warning():
         pytest.skip("needs the Pyro backend")
     import torch
 
-    be = bdl.backends.get("pyro", precision="float64")
+    backend = bdl.backends.get("pyro", precision="float64")
 
     def fn(theta, x):
         return theta * x + 0.0 * torch.randn(())
 
-    with be.scope(), be.activate():
-        x = be.asarray(np.arange(4.0))
+    with backend.scope(), backend.activate():
+        x = backend.asarray(np.arange(4.0))
         with pytest.warns(UserWarning, match="could not vectorise.*randomness.*loop over"):
-            mapped = be.traced_vmap(fn, (be.asarray(2.0), x), (None, 0))
-        np.testing.assert_allclose(be.to_numpy(mapped(be.asarray(3.0), x)), 3.0 * np.arange(4.0))
+            mapped = backend.traced_vmap(fn, (backend.asarray(2.0), x), (None, 0))
+        np.testing.assert_allclose(
+            backend.to_numpy(mapped(backend.asarray(3.0), x)), 3.0 * np.arange(4.0)
+        )
 
 
 @pytest.mark.slow  # 2 x 2,400 steps per backend and optimizer
@@ -407,10 +409,12 @@ def test_whole_runs_agree_across_backends_in_float32(optimizer, monkeypatch):
             schedule="cosine",
             **options,
         )
-        be = run.setup.backend
-        noise = be.asarray(table)
+        backend = run.setup.backend
+        noise = backend.asarray(table)
         # The step's noise is row t of the table: the transition gets the step as its key.
-        monkeypatch.setattr(be.random, "normal", lambda key, shape, n=noise: n[key].reshape(shape))
+        monkeypatch.setattr(
+            backend.random, "normal", lambda key, shape, n=noise: n[key].reshape(shape)
+        )
         step = run.transition.step
         run.transition = run.transition._replace(
             step=lambda key, state, batch, lr, step=step: step(batch.step, state, batch, lr)

@@ -163,8 +163,8 @@ class NumPyroBackend(BackendBase):
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> be = bdl.backends.get("numpyro")
-    >>> be.asarray([1.0, 2.0]).dtype
+    >>> backend = bdl.backends.get("numpyro")
+    >>> backend.asarray([1.0, 2.0]).dtype
     dtype('float32')
     >>> from ppl_bdl.backends.numpyro.backend import NumPyroBackend
     >>> NumPyroBackend(cpu_tricks=False).cpu_tricks

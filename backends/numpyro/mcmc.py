@@ -117,20 +117,20 @@ class NumPyroSGMCMC(MCMCKernel):
         return ("position",)
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        spec, be = self.spec, self.backend
+        spec, backend = self.spec, self.backend
         key_init, key_perm, rng_key = jax.random.split(rng_key, 3)
-        with be.scope(), use_backend(be):
+        with backend.scope(), use_backend(backend):
             if init_params is None:
-                position = be.asarray(spec.initial_position())
+                position = backend.asarray(spec.initial_position())
             else:
-                position = jnp.asarray(init_params, dtype=be.float_dtype)
+                position = jnp.asarray(init_params, dtype=backend.float_dtype)
             inner = spec.transition.init(key_init, position, spec.data)
             size = spec.plate[1] if spec.plate else 1
             perm = jax.random.permutation(key_perm, size).astype(jnp.int32)
             return SGMCMCState(position, inner, perm, jnp.asarray(0), rng_key, jnp.asarray(0))
 
     def sample(self, state, model_args, model_kwargs):
-        spec, be = self.spec, self.backend
+        spec, backend = self.spec, self.backend
         key_step, key_perm, rng_key = jax.random.split(state.rng_key, 3)
         perm, cursor, idx = state.perm, state.cursor, None
         if spec.plate is not None:
@@ -142,7 +142,7 @@ class NumPyroSGMCMC(MCMCKernel):
             )
             idx = lax.dynamic_slice(perm, (cursor * b,), (b,))
             cursor = cursor + 1
-        with be.scope(), use_backend(be):
+        with backend.scope(), use_backend(backend):
             rate = spec.rate(state.count)
             inner, _ = spec.transition.step(key_step, state.inner, spec.batch(idx), rate)
             position = spec.transition.emit(inner)

@@ -128,8 +128,8 @@ class PyroBackend(BackendBase):
     Example
     -------
     >>> import ppl_bdl as bdl
-    >>> be = bdl.backends.get("pyro")
-    >>> be.asarray([1.0, 2.0]).dtype
+    >>> backend = bdl.backends.get("pyro")
+    >>> backend.asarray([1.0, 2.0]).dtype
     torch.float32
     """
 

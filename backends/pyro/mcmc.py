@@ -151,19 +151,19 @@ class PyroSGMCMC(MCMCKernel):
         self._info: dict = {}
 
     def setup(self, warmup_steps, *args, **kwargs):
-        spec, be = self.spec, self.backend
+        spec, backend = self.spec, self.backend
         layout = spec.setup.layout
-        self._key = be.random.key(spec.seed)
+        self._key = backend.random.key(spec.seed)
         self._batches = spec.minibatches()
         self._step = 0
         self.transforms = {}
         for name in layout.names:
-            transform = be.biject_to(layout.sites[name].native.support)
+            transform = backend.biject_to(layout.sites[name].native.support)
             if transform is not None:
                 self.transforms[name] = transform.inv
-        with be.scope(), use_backend(be):
+        with backend.scope(), use_backend(backend):
             if self._initial_params is None:
-                self._initial_params = layout.unflatten(be.asarray(spec.initial_position()))
+                self._initial_params = layout.unflatten(backend.asarray(spec.initial_position()))
             flat = torch.cat([self._initial_params[n].reshape(-1) for n in layout.names])
             self._state = spec.transition.init(self._key, flat, spec.data)
 
@@ -176,10 +176,10 @@ class PyroSGMCMC(MCMCKernel):
         self._initial_params = params
 
     def sample(self, params):
-        spec, be = self.spec, self.backend
-        with be.scope(), use_backend(be), torch.no_grad():
-            idx = be.asarray(self._batches.next_block(1)[0]) if self._batches else None
-            rate = spec.rate(be.asarray(self._step, dtype="int"))
+        spec, backend = self.spec, self.backend
+        with backend.scope(), use_backend(backend), torch.no_grad():
+            idx = backend.asarray(self._batches.next_block(1)[0]) if self._batches else None
+            rate = spec.rate(backend.asarray(self._step, dtype="int"))
             state, self._info = spec.transition.step(self._key, self._state, spec.batch(idx), rate)
             spec.check(self._info, self._step)
             self._state = state

@@ -101,15 +101,15 @@ def scan(
     return runtime.scan(f, init, xs, steps, name)
 
 
-def tree_to_backend(xs: Any, be) -> Any:
+def tree_to_backend(xs: Any, backend) -> Any:
     """``xs`` with its NumPy arrays as ``be`` arrays."""
     if isinstance(xs, dict):
-        return {k: tree_to_backend(v, be) for k, v in xs.items()}
+        return {k: tree_to_backend(v, backend) for k, v in xs.items()}
     if isinstance(xs, tuple | list):
-        return type(xs)(tree_to_backend(v, be) for v in xs)
-    if xs is None or be.is_array(xs):
+        return type(xs)(tree_to_backend(v, backend) for v in xs)
+    if xs is None or backend.is_array(xs):
         return xs
-    return be.asarray(np.asarray(xs))
+    return backend.asarray(np.asarray(xs))
 
 
 def _leaves(tree: Any) -> list:
@@ -151,14 +151,14 @@ def index_tree(tree: Any, t: int) -> Any:
     return None if tree is None else tree[t]
 
 
-def stack_outputs(be, ys: list) -> Any:
+def stack_outputs(backend, ys: list) -> Any:
     """Per-step outputs stacked along a new leading axis (None when every output is None)."""
     if all(y is None for y in ys):
         return None
-    return be.tree_map(lambda *parts: be.math.stack(list(parts)), *ys)
+    return backend.tree_map(lambda *parts: backend.math.stack(list(parts)), *ys)
 
 
-def python_loop(be, f, init, xs, length: int, step: Callable[[int], Any]):
+def python_loop(backend, f, init, xs, length: int, step: Callable[[int], Any]):
     """``lax.scan`` as a Python loop; ``step(t)`` is a context manager entered around step t."""
     carry, ys = init, []
     for t in range(length):
@@ -171,7 +171,7 @@ def python_loop(be, f, init, xs, length: int, step: Callable[[int], Any]):
             )
         carry, y = out
         ys.append(y)
-    return carry, stack_outputs(be, ys)
+    return carry, stack_outputs(backend, ys)
 
 
 @contextmanager
@@ -188,8 +188,8 @@ class StackedNative:
     """The per-step native distributions of a stacked site, seen as one: the support of the
     first step, and moments stacked along the time axis (for prediction's summaries)."""
 
-    def __init__(self, be, natives: list):
-        self._be, self._natives = be, natives
+    def __init__(self, backend, natives: list):
+        self._be, self._natives = backend, natives
         first = natives[0]
         self.support = first.support
         self.event_shape = tuple(first.event_shape)
@@ -197,10 +197,10 @@ class StackedNative:
         self.has_enumerate_support = getattr(first, "has_enumerate_support", False)
 
     def _stack(self, attribute: str):
-        be = self._be
+        backend = self._be
         parts = [getattr(n, attribute) for n in self._natives]
         shape = np.broadcast_shapes(*(tuple(p.shape) for p in parts))
-        return be.math.stack([p + be.math.zeros(shape) for p in parts])
+        return backend.math.stack([p + backend.math.zeros(shape) for p in parts])
 
     @property
     def mean(self):

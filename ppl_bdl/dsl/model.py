@@ -122,10 +122,10 @@ class BoundModel:
         :class:`~ppl_bdl.errors.ModelError` naming the model, the site being computed and the
         line of the model (:mod:`ppl_bdl.dsl.model_errors`); the original is its ``__cause__``.
         """
-        be = runtime.backend
-        data = self.data_for(be) if data is None else data
+        backend = runtime.backend
+        data = self.data_for(backend) if data is None else data
         args, kwargs = map_arrays(
-            data, be.is_array, lambda a: be.model_value(a, runtime.strict_values)
+            data, backend.is_array, lambda a: backend.model_value(a, runtime.strict_values)
         )
         runtime.current_site = runtime.last_site = None
         with runtime:

@@ -8,8 +8,8 @@ Example
 -------
 >>> import ppl_bdl as bdl
 >>> from ppl_bdl import random as br
->>> be = bdl.backends.get("numpyro")
->>> with be.activate():
+>>> backend = bdl.backends.get("numpyro")
+>>> with backend.activate():
 ...     key = br.key(0)
 ...     key, sub = br.split(key)
 ...     noise = br.normal(sub, (3,))

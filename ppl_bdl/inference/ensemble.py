@@ -273,29 +273,29 @@ def ensemble_transition(
     ``step``: the (anchored) potential's value and gradient on the minibatch and the optimizer's
     update with the step's learning rate ``rate`` (the run's :class:`Rates`), skipped where they
     are not finite; info ``loss`` and ``grad_norm``; ``emit``: the position."""
-    be, dim = setup.backend, setup.layout.dim
-    density = ModelDensity(setup.bound, be, setup.layout, setup.params)
+    backend, dim = setup.backend, setup.layout.dim
+    density = ModelDensity(setup.bound, backend, setup.layout, setup.params)
     plate_name = plate[0] if plate else None
-    optimizer = be.optimizer(config.optimizer)
-    m = be.math
+    optimizer = backend.optimizer(config.optimizer)
+    m = backend.math
 
     def potential_and_grad(position, batch: Batch):
         indices = None if batch.indices is None else {plate_name: batch.indices}
         return density.value_and_grad(position, batch.data, indices)
 
-    with be.scope(), be.activate():
-        example_idx = be.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
-        example = (be.asarray(np.zeros(dim)), Batch(density.data, example_idx))
-        potential_and_grad = be.trace(potential_and_grad, example)
+    with backend.scope(), backend.activate():
+        example_idx = backend.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
+        example = (backend.asarray(np.zeros(dim)), Batch(density.data, example_idx))
+        potential_and_grad = backend.trace(potential_and_grad, example)
         if anchors is not None:
-            mask, loc = be.asarray(anchors.mask), be.asarray(anchors.loc)
-            spread = be.asarray(anchors.mask * anchors.scale)
-            weight = be.asarray(anchors.mask / anchors.scale**2)
+            mask, loc = backend.asarray(anchors.mask), backend.asarray(anchors.loc)
+            spread = backend.asarray(anchors.mask * anchors.scale)
+            weight = backend.asarray(anchors.mask / anchors.scale**2)
 
     def init(key, position, data):
         state = {}
         if anchors is not None:
-            anchor = loc + spread * be.random.normal(key, (dim,))
+            anchor = loc + spread * backend.random.normal(key, (dim,))
             if start_at_anchor:
                 position = position + mask * (anchor - position)
             state["anchor"] = anchor
@@ -339,7 +339,7 @@ def run_ensemble(
     """Fit the members ``chain_ids`` (all by default) of ``config``'s ensemble; a
     :class:`~ppl_bdl.posterior.posterior.Posterior` with one draw per member (chain), ``post.losses``
     (member, step) and the last step's ``loss`` and ``grad_norm`` as sample stats."""
-    be = setup.backend
+    backend = setup.backend
     plate = minibatch_plate(setup, config.batch_size)
     anchors = resolve_anchors(setup, config.anchored)
     setup.settings["anchored_sites"] = list(anchors.sites) if anchors else []
@@ -357,7 +357,7 @@ def run_ensemble(
     # The steps' learning rates: lr x the schedule's shape at the step counter (in the step).
     rates = Rates(config.optimizer.lr, unit_schedule(config.optimizer))
     run = run_chains(
-        be,
+        backend,
         transition,
         positions[members],
         seed,
@@ -385,12 +385,12 @@ def run_ensemble(
 def _raise_failure(setup: Setup, run: RunResult, transition, members, log_likelihood) -> None:
     """The member that failed, and a partial ensemble: the members that finished and those
     stopped with it, at their positions from before the failed step."""
-    be, failure = setup.backend, run.failure
+    backend, failure = setup.backend, run.failure
     rows = [] if run.draws is None else [run.draws[:, -1]]
     if run.final_state is not None:
-        with be.scope(), be.activate():
+        with backend.scope(), backend.activate():
             rows.append(
-                np.asarray(be.to_numpy(transition.emit(run.final_state)), float).reshape(
+                np.asarray(backend.to_numpy(transition.emit(run.final_state)), float).reshape(
                     -1, setup.layout.dim
                 )
             )

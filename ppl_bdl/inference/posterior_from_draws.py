@@ -43,14 +43,14 @@ class _Replayer:
     ) -> tuple[dict, dict]:
         """Replay at flat draws (chain, draw, dim), with ``discrete`` values of the discrete
         latent sites (chain, draw, ...) where the model has any."""
-        be = self.setup.backend
+        backend = self.setup.backend
         chains, draws, dim = flat.shape
         rows = flat.reshape(chains * draws, dim)
         discrete = {
             k: v.reshape((chains * draws,) + v.shape[2:]) for k, v in (discrete or {}).items()
         }
         size = min(self.chunk, len(rows))
-        with be.scope(), be.activate():
+        with backend.scope(), backend.activate():
             if log_likelihood not in self._compiled:
                 self._compiled[log_likelihood] = self._program(log_likelihood)
             replay = self._compiled[log_likelihood]
@@ -67,11 +67,11 @@ class _Replayer:
                         pad_rows(chunk, size),
                         {k: pad_rows(v, size) for k, v in disc.items()},
                     )
-                disc = {k: be.asarray(v) for k, v in disc.items()}
-                values, loglik = replay(be.asarray(chunk), disc, self.density.data)
+                disc = {k: backend.asarray(v) for k, v in disc.items()}
+                values, loglik = replay(backend.asarray(chunk), disc, self.density.data)
                 for out, part in ((values_out, values), (loglik_out, loglik)):
                     for k, v in part.items():
-                        v = be.to_numpy(v)[:real]
+                        v = backend.to_numpy(v)[:real]
                         if k not in out:
                             out[k] = np.empty((len(rows),) + v.shape[1:], v.dtype)
                         out[k][start : start + real] = v
@@ -83,14 +83,14 @@ class _Replayer:
     def _program(self, log_likelihood: bool):
         """The compiled replay, from the backend's program cache where the model has a key
         (another fit of the same model reuses it: :mod:`ppl_bdl.inference.loop.programs`)."""
-        be, density = self.setup.backend, self.density
+        backend, density = self.setup.backend, self.density
         batch = None
         if not log_likelihood and self.values_batch is not None:
-            batch = {k: be.asarray(v, "int") for k, v in self.values_batch.items()}
+            batch = {k: backend.asarray(v, "int") for k, v in self.values_batch.items()}
 
         def build():
-            return be.jit(
-                be.vmap(
+            return backend.jit(
+                backend.vmap(
                     lambda row, disc, data: density.replay(row, data, log_likelihood, batch, disc),
                     in_axes=(0, 0, None),
                 )
@@ -100,7 +100,7 @@ class _Replayer:
         key = keyed(lambda: (model, log_likelihood, structure_key(self.values_batch)))
         if model is None or key is None:
             return build()
-        return programs(be).get(("replay",) + key, build)
+        return programs(backend).get(("replay",) + key, build)
 
 
 def replay_chunk_size(setup: Setup, most: int = 256) -> int:

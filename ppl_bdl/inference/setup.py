@@ -69,17 +69,17 @@ class Setup:
         values bound that are not data arrays, the data arrays' shapes and dtypes, the params'
         values (baked into the program) and the latent layout. None where a bound value has no
         exact key (a module object): such a fit compiles its own programs."""
-        be = self.backend
-        data, template = self.bound.data_arrays(be)
+        backend = self.backend
+        data, template = self.bound.data_arrays(backend)
 
         def build() -> tuple:
             params = tuple(
-                (name, array_value_key(be.to_numpy(value)))
+                (name, array_value_key(backend.to_numpy(value)))
                 for name, value in sorted(self.params.items())
             )
             return (
                 same(self.bound.model),
-                same(be),
+                same(backend),
                 structure_key(template),
                 shapes_key(data),
                 params,
@@ -104,9 +104,9 @@ def prepare(
     summed out of the potential: :mod:`ppl_bdl.trace.enumeration`)."""
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
-    be = get_backend(backend, precision=precision, device=device, shard=shard)
-    record = record_model(bound, be, seed=seed)
-    layout = LatentLayout.from_sites(record.sites, be, allow_discrete=allow_discrete)
+    backend = get_backend(backend, precision=precision, device=device, shard=shard)
+    record = record_model(bound, backend, seed=seed)
+    layout = LatentLayout.from_sites(record.sites, backend, allow_discrete=allow_discrete)
     if layout.dim == 0:
         raise ModelError(
             f"model {bound.name!r} has no continuous latent sites to infer (sites: "

@@ -89,10 +89,10 @@ def _from_values(setup: Setup, init: dict, rows: np.ndarray) -> np.ndarray:
 
     The model runs once with the values, validating them (an invalid value is named by the site
     it breaks); the other sites keep their uniform start."""
-    be, layout = setup.backend, setup.layout
-    values = {k: be.asarray(v) for k, v in init.items()}
-    trace_model(setup.bound, be, values=values, check_bounds=False)
-    given = layout.unconstrain_sites(values, be)
+    backend, layout = setup.backend, setup.layout
+    values = {k: backend.asarray(v) for k, v in init.items()}
+    trace_model(setup.bound, backend, values=values, check_bounds=False)
+    given = layout.unconstrain_sites(values, backend)
     for slot in layout.slots:
         if slot.name in given:
             if given[slot.name].size != slot.size:
@@ -117,12 +117,13 @@ def prior_draws(setup: Setup, count: int, seed: int) -> np.ndarray:
 def _draw_prior(setup: Setup, count: int, seed: int) -> np.ndarray:
     """``count`` draws, one call of the compiled prior program (:func:`_prior_program`) each,
     draw i from the seed ``seed + i``."""
-    be = setup.backend
-    data, _ = setup.bound.data_arrays(be)
-    with be.scope(), be.activate():
+    backend = setup.backend
+    data, _ = setup.bound.data_arrays(backend)
+    with backend.scope(), backend.activate():
         program = _prior_program(setup)
         draws = [
-            be.to_numpy(program(be.asarray(s, "int"), data)) for s in range(seed, seed + count)
+            backend.to_numpy(program(backend.asarray(s, "int"), data))
+            for s in range(seed, seed + count)
         ]
         return np.asarray(np.stack(draws), dtype=float)
 
@@ -139,14 +140,14 @@ def _prior_program(setup: Setup):
     The model runs on one point of its data plate when every latent site is global: the draws
     need no likelihood, and a deep network's forward pass over all the data, once per draw,
     would cost more than the fit."""
-    be, layout, model = setup.backend, setup.layout, setup.bound.model
-    _, template = setup.bound.data_arrays(be)
+    backend, layout, model = setup.backend, setup.layout, setup.bound.model
+    _, template = setup.bound.data_arrays(backend)
     plate = setup.trace.data_plate
     key = (
         "prior draws",
-        be.name,
-        be.precision,
-        be.device,
+        backend.name,
+        backend.precision,
+        backend.device,
         repr(template),
         plate,
         tuple(layout.slots),
@@ -159,14 +160,16 @@ def _prior_program(setup: Setup):
         batch = None if plate is None else {plate: np.zeros(1, np.int64)}
 
         def draw(seed, data):
-            indices = None if batch is None else {k: be.asarray(v, "int") for k, v in batch.items()}
+            indices = (
+                None if batch is None else {k: backend.asarray(v, "int") for k, v in batch.items()}
+            )
             run = Evaluator(
-                be, key=be.random.key(seed), missing="prior", batch=indices, record=True
+                backend, key=backend.random.key(seed), missing="prior", batch=indices, record=True
             )
             unbound.run_with(run, fill_data(template, data))
-            return slots.unconstrained_flat(run.sites, be)
+            return slots.unconstrained_flat(run.sites, backend)
 
-        model.compiled[key] = be.jit(draw)
+        model.compiled[key] = backend.jit(draw)
     return model.compiled[key]
 
 
@@ -178,7 +181,7 @@ def _from_posterior(setup: Setup, post, num_chains: int) -> np.ndarray:
             f"init is a posterior without the model's latent site(s) {missing} (it has "
             f"{sorted(post.samples)}): pass a posterior of the same model."
         )
-    be, layout = setup.backend, setup.layout
+    backend, layout = setup.backend, setup.layout
     flat = {
         n: np.asarray(post.samples[n]).reshape((-1,) + post.samples[n].shape[2:])
         for n in layout.names
@@ -193,5 +196,5 @@ def _from_posterior(setup: Setup, post, num_chains: int) -> np.ndarray:
                     f"init: the posterior's site {slot.name!r} has shape "
                     f"{np.shape(values[slot.name])}; the model's has {slot.shape}."
                 )
-        rows.append(layout.unconstrain(values, be))
+        rows.append(layout.unconstrain(values, backend))
     return np.stack(rows)

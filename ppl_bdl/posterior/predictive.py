@@ -235,9 +235,9 @@ def posterior_predictive(
     lacks (new groups' effects, say) are drawn from their prior given the rest."""
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
-    be = get_backend(posterior.backend, precision=posterior.precision, device=device)
+    backend = get_backend(posterior.backend, precision=posterior.precision, device=device)
     # Validate the new inputs once ("uniform" draws also work for flat priors).
-    sites = trace_model(bound, be, seed=seed, missing="uniform")
+    sites = trace_model(bound, backend, seed=seed, missing="uniform")
     missing = [
         n
         for n, s in sites.items()
@@ -263,7 +263,7 @@ def posterior_predictive(
         total = num_samples
     # Sites the new model shares with the posterior are substituted; the others are predicted.
     # Deterministics of the posterior are recomputed at the new inputs, not kept from training.
-    draws, moments = run_predictive(bound, be, flat, total, seed, posterior.params, sites)
+    draws, moments = run_predictive(bound, backend, flat, total, seed, posterior.params, sites)
     return _result(sites, draws, moments, site)
 
 
@@ -299,7 +299,7 @@ def prior_predictive(
     """
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
-    be = get_backend(backend, precision=precision, device=device)
-    sites = trace_model(bound, be, seed=seed, missing="prior")  # validate once: clear errors
-    draws, moments = run_predictive(bound, be, {}, num_samples, seed, {}, sites)
+    backend = get_backend(backend, precision=precision, device=device)
+    sites = trace_model(bound, backend, seed=seed, missing="prior")  # validate once: clear errors
+    draws, moments = run_predictive(bound, backend, {}, num_samples, seed, {}, sites)
     return _result(sites, draws, moments, None)

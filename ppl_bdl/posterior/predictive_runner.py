@@ -20,8 +20,8 @@ Example
 ...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
 ...     with bdl.plate("data", n):
 ...         bdl.sample("y", dist.Normal(mu, 1.0))
->>> be = bdl.backends.get("numpyro")
->>> draws, moments = run_predictive(m(), be, {"mu": np.zeros(3)}, 3, seed=0, params={})
+>>> backend = bdl.backends.get("numpyro")
+>>> draws, moments = run_predictive(m(), backend, {"mu": np.zeros(3)}, 3, seed=0, params={})
 >>> draws["y"].shape   # moments have their distribution's own shape: here (3,) for the mean
 (3, 5)
 """
@@ -43,41 +43,47 @@ MAX_DRAWS_PER_CALL = 64
 
 
 def run_predictive(
-    bound, be, values: dict, num_samples: int, seed: int, params: dict, sites: dict | None = None
+    bound,
+    backend,
+    values: dict,
+    num_samples: int,
+    seed: int,
+    params: dict,
+    sites: dict | None = None,
 ) -> tuple[dict, dict]:
     """Draw every site not in ``values`` once per row of ``values``; return draws and moments
     (NumPy, leading axis: draws). ``sites`` is a validating trace of ``bound`` (for chunking the
     data plate; without it the points are not chunked)."""
-    arrays, template = bound.data_arrays(be)
+    arrays, template = bound.data_arrays(backend)
     plate, axes = _point_chunking(sites or {})
     size = sites_plate_size(sites, plate) if plate else 0
     per_call = max(1, min(num_samples, MAX_DRAWS_PER_CALL))
     points = max(1, min(size, CHUNK_ELEMENTS // per_call)) if plate else 0
-    run = _compiled(bound, be, template, params, plate)
+    run = _compiled(bound, backend, template, params, plate)
     draws_parts, moment_parts = [], []
-    with be.scope(), be.activate():
+    with backend.scope(), backend.activate():
         for start in range(0, num_samples, per_call):
             rows = min(per_call, num_samples - start)
             chunk = {
-                k: be.asarray(_pad(np.asarray(v)[start : start + rows], per_call))
+                k: backend.asarray(_pad(np.asarray(v)[start : start + rows], per_call))
                 for k, v in values.items()
             }
-            keys = be.random.keys(be.random.key(seed + start), per_call)
+            keys = backend.random.keys(backend.random.key(seed + start), per_call)
             d_parts, m_parts = [], []
             for p_start in range(0, size, points) if plate else [None]:
                 idx, real = None, None
                 if plate:
                     real = min(points, size - p_start)
-                    idx = be.asarray(_pad(np.arange(p_start, p_start + real), points), "int")
+                    idx = backend.asarray(_pad(np.arange(p_start, p_start + real), points), "int")
                 d, m = run(chunk, keys, arrays, idx)
                 d_parts.append(
-                    {k: _trim(be.to_numpy(v)[:rows], axes.get(k), real) for k, v in d.items()}
+                    {k: _trim(backend.to_numpy(v)[:rows], axes.get(k), real) for k, v in d.items()}
                 )
                 m_parts.append(
                     {
                         k: {
                             n: _trim(
-                                _full(be.to_numpy(a)[:rows], sites, k, n, axes, points),
+                                _full(backend.to_numpy(a)[:rows], sites, k, n, axes, points),
                                 axes.get(k),
                                 real,
                             )
@@ -109,14 +115,14 @@ def sites_plate_size(sites, plate: str) -> int:
     return 0
 
 
-def _compiled(bound, be, template, params: dict, plate: str | None):
+def _compiled(bound, backend, template, params: dict, plate: str | None):
     """``run(values, keys, data, idx)`` vmapped over draws and compiled, cached on the model."""
     cache = bound.model.compiled
     key = (
         "predictive",
-        be.name,
-        be.precision,
-        be.device,
+        backend.name,
+        backend.precision,
+        backend.device,
         repr(template),
         plate,
         tuple(sorted(params)),
@@ -127,7 +133,7 @@ def _compiled(bound, be, template, params: dict, plate: str | None):
             args, kwargs = fill_data(template, data)
             batch = None if idx is None else {plate: idx}
             ev = Evaluator(
-                be,
+                backend,
                 values=vals,
                 params=params,
                 key=rng_key,
@@ -139,10 +145,10 @@ def _compiled(bound, be, template, params: dict, plate: str | None):
             bound.run_with(ev, (args, kwargs))
             return _draws_and_moments(ev.sites, vals)
 
-        mapped = be.vmap(one, in_axes=(0, 0, None, None, None))
-        cache[key] = be.jit(mapped)
+        mapped = backend.vmap(one, in_axes=(0, 0, None, None, None))
+        cache[key] = backend.jit(mapped)
     compiled = cache[key]
-    params_arrays = {k: be.asarray(v) for k, v in params.items()}
+    params_arrays = {k: backend.asarray(v) for k, v in params.items()}
     return lambda vals, keys, data, idx: compiled(vals, keys, data, idx, params_arrays)
 
 

@@ -129,11 +129,11 @@ class Enumeration:
     def draw(self, unconstrained: dict, data: list, params: dict | None, key) -> dict:
         """One draw of every discrete site from p(z | θ, D), by site name (stacked over time
         for sites in a scan)."""
-        be = self.backend
+        backend = self.backend
         inputs = {"latent": unconstrained, "params": dict(params or {})}
         # infer_discrete needs the loop unrolled under markov on every backend.
         native = self._native(data, jacobian=False, unroll=True)
-        drawn = be.infer_discrete(native, inputs, self.nesting, key)
+        drawn = backend.infer_discrete(native, inputs, self.nesting, key)
         out = {}
         for name in self.discrete:
             site = self.sites[name]
@@ -141,8 +141,8 @@ class Enumeration:
             if steps is None:
                 value = drawn[name]
             else:
-                value = be.math.stack([drawn[f"{name}_{t}"] for t in range(steps)])
-            out[name] = be.math.reshape(value, tuple(site.shape.value))
+                value = backend.math.stack([drawn[f"{name}_{t}"] for t in range(steps)])
+            out[name] = backend.math.reshape(value, tuple(site.shape.value))
         return out
 
 
@@ -150,7 +150,7 @@ def posterior_draws(density, flat: np.ndarray, seed: int) -> dict[str, np.ndarra
     """Draws of the discrete sites, one per flat draw of θ shaped (chain, draw, dim): a dict
     of NumPy arrays shaped ``(chain, draw, *site shape)``. ``density`` is the model's
     :class:`~ppl_bdl.trace.layout.ModelDensity` (with its enumeration)."""
-    enum, be, layout = density.enumeration, density.backend, density.layout
+    enum, backend, layout = density.enumeration, density.backend, density.layout
     chains, draws, dim = flat.shape
     rows = flat.reshape(chains * draws, dim)
     size = min(DRAWS_PER_CALL, len(rows))
@@ -160,16 +160,16 @@ def posterior_draws(density, flat: np.ndarray, seed: int) -> dict[str, np.ndarra
         return enum.draw(layout.unflatten(row), data, params, key)
 
     parts = []
-    with be.scope(), be.activate():
-        compiled = be.jit(be.vmap(one, in_axes=(0, 0, None)))
+    with backend.scope(), backend.activate():
+        compiled = backend.jit(backend.vmap(one, in_axes=(0, 0, None)))
         for start in range(0, len(rows), size):
             chunk = rows[start : start + size]
             real = len(chunk)
             if real < size:  # one compiled shape: pad the last chunk
                 chunk = np.concatenate([chunk, np.repeat(chunk[-1:], size - real, axis=0)])
-            keys = be.random.keys(be.random.key(seed + start), size)
-            out = compiled(be.asarray(chunk), keys, density.data)
-            parts.append({k: be.to_numpy(v)[:real] for k, v in out.items()})
+            keys = backend.random.keys(backend.random.key(seed + start), size)
+            out = compiled(backend.asarray(chunk), keys, density.data)
+            parts.append({k: backend.to_numpy(v)[:real] for k, v in out.items()})
     return {
         k: np.concatenate([p[k] for p in parts]).reshape((chains, draws) + parts[0][k].shape[1:])
         for k in parts[0]

@@ -147,7 +147,7 @@ class Evaluator(Runtime):
             raise ModelError(f"unknown primitive type {msg.type!r} at site {msg.name!r}.")
 
     def _sample(self, msg: Message) -> None:
-        be = self.backend
+        backend = self.backend
         spec = msg.fn
         if self.validate:
             self._check_params(msg)
@@ -160,24 +160,24 @@ class Evaluator(Runtime):
             # Excluded real-valued latent in a hot loop: its value is u and nothing else is
             # needed, so skip building the native distribution (a closed-form KL handles it).
             self._refuse_subsampled_latent(msg)
-            msg.value = be.model_value(
+            msg.value = backend.model_value(
                 self._given(self.unconstrained, msg.name), self.strict_values
             )
             return
-        native = be.distribution(spec)
+        native = backend.distribution(spec)
         observed = msg.obs is not None and not self.predictive
         shape = site_shape(msg, native) if (self.record or self.validate) else None
         if observed:
             value = self.observed.get(msg.name, msg.obs)
             if self.validate:
                 value = self._check_obs(msg, value, shape)
-            elif not be.is_array(value):  # a Python number or NumPy constant in the model
-                value = be.asarray(value)
-            value = be.observed_value(spec, value)
+            elif not backend.is_array(value):  # a Python number or NumPy constant in the model
+                value = backend.asarray(value)
+            value = backend.observed_value(spec, value)
         elif msg.name in self.unconstrained:
             self._refuse_subsampled_latent(msg)
             u = self._given(self.unconstrained, msg.name)
-            transform = be.biject_to(native.support)
+            transform = backend.biject_to(native.support)
             if transform is None:
                 value = u
             else:
@@ -190,7 +190,7 @@ class Evaluator(Runtime):
             value = self._draw(
                 msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None
             )
-        msg.value = be.model_value(value, self.strict_values)
+        msg.value = backend.model_value(value, self.strict_values)
         if msg.name in self.exclude and not self.record:
             return
         log_prob = native.log_prob(value)
@@ -295,27 +295,27 @@ class Evaluator(Runtime):
 
     # -- helpers ----------------------------------------------------------------------------
     def _draw(self, msg: Message, native, shape: SiteShape, observed_site: bool):
-        be = self.backend
+        backend = self.backend
         if self.key is None or (self.missing == "error" and not observed_site):
             raise ModelError(
                 f"latent site {msg.name!r} has no value. Pass values for every latent site "
                 f"(known: {sorted(self.values) or sorted(self.unconstrained)})."
             )
-        self.key, sub = be.random.split(self.key)
-        full = be.expand(native, shape.batch + shape.extra, 0)
+        self.key, sub = backend.random.split(self.key)
+        full = backend.expand(native, shape.batch + shape.extra, 0)
         if self.missing == "uniform" and not observed_site and not msg.fn.is_discrete:
-            transform = be.biject_to(native.support)
+            transform = backend.biject_to(native.support)
             u_shape = (
                 shape.value if transform is None else tuple(transform.inverse_shape(shape.value))
             )
-            u = be.random.uniform(sub, u_shape, -2.0, 2.0)
+            u = backend.random.uniform(sub, u_shape, -2.0, 2.0)
             return u if transform is None else transform(u)
         if msg.fn.name == "ImproperUniform":
             raise ModelError(
                 f"site {msg.name!r} has an ImproperUniform (flat) prior, which has no draws. Give it a "
                 "proper prior for prior predictive checks, or pass a value for it."
             )
-        return be.random.draw(sub, full)
+        return backend.random.draw(sub, full)
 
     def _add_log_density(self, msg: Message, log_prob) -> None:
         """Add a site's log density (or log-Jacobian) to ``log_joint``, scaled for minibatches
@@ -333,20 +333,20 @@ class Evaluator(Runtime):
             )
 
     def _check_params(self, msg: Message) -> None:
-        be = self.backend
+        backend = self.backend
         for key, value in msg.fn.params.items():
             if self._foreign(value):
                 raise DataError(self._foreign_message(msg.name, key, value))
-        error = msg.fn.check_concrete(be.to_numpy)
+        error = msg.fn.check_concrete(backend.to_numpy)
         if error:
             raise DistributionError(f"site {msg.name!r}: {msg.fn.name}: {error}")
 
     def _check_obs(self, msg: Message, value: Any, shape: SiteShape):
-        be = self.backend
+        backend = self.backend
         if self._foreign(value):
             raise DataError(self._foreign_message(msg.name, "obs", value))
-        if not be.is_array(value):
-            value = be.asarray(np.asarray(value))
+        if not backend.is_array(value):
+            value = backend.asarray(np.asarray(value))
         seen = tuple(value.shape)
         if seen != shape.value:
             raise ModelError(
@@ -354,7 +354,7 @@ class Evaluator(Runtime):
                 f"{msg.fn!r} in its plates gives values of shape {shape.value}. Index the data "
                 "with the plate's indices, or reshape it."
             )
-        array = be.to_numpy(value)
+        array = backend.to_numpy(value)
         finite = np.isfinite(array)
         if not finite.all():
             first = tuple(int(i) for i in np.argwhere(~finite)[0])
@@ -362,7 +362,7 @@ class Evaluator(Runtime):
                 f"observed site {msg.name!r}: obs holds {array[first]} at index {first}. Remove or "
                 "impute missing values before fitting."
             )
-        error = msg.fn.support_violation(array, be.to_numpy)
+        error = msg.fn.support_violation(array, backend.to_numpy)
         if error:
             raise DataError(
                 f"observed site {msg.name!r}: obs {error}. Fix the data (labels as integer codes "
@@ -383,18 +383,18 @@ class Evaluator(Runtime):
         )
 
 
-def _stacked(be, records: list[SiteRecord], scan_name: str) -> SiteRecord:
+def _stacked(backend, records: list[SiteRecord], scan_name: str) -> SiteRecord:
     """One site from its records at every step of a scan: values with a leading time axis."""
     first = records[0]
 
     def stack(attribute: str):
         parts = [getattr(r, attribute) for r in records]
-        return None if parts[0] is None else be.math.stack(parts)
+        return None if parts[0] is None else backend.math.stack(parts)
 
     shape = first.shape
     if shape is not None:
         shape = SiteShape((len(records),) + shape.batch, shape.extra, shape.event)
-    native = None if first.native is None else StackedNative(be, [r.native for r in records])
+    native = None if first.native is None else StackedNative(backend, [r.native for r in records])
     return SiteRecord(
         name=first.name,
         kind=first.kind,

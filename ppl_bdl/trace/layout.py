@@ -47,8 +47,8 @@ class LatentLayout:
     ... def m():
     ...     bdl.sample("w", dist.Normal(0.0, 1.0), shape=(2, 3))
     ...     bdl.sample("s", dist.HalfNormal(1.0))
-    >>> be = bdl.backends.get("numpyro")
-    >>> layout = LatentLayout.from_sites(trace_model(m(), be), be)
+    >>> backend = bdl.backends.get("numpyro")
+    >>> layout = LatentLayout.from_sites(trace_model(m(), backend), backend)
     >>> layout.dim
     7
     """
@@ -190,12 +190,12 @@ class ModelDensity:
     ... def m(y):
     ...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
     ...     bdl.sample("y", dist.Normal(mu, 1.0), obs=y)
-    >>> be = bdl.backends.get("numpyro")
+    >>> backend = bdl.backends.get("numpyro")
     >>> bound = m(np.array(0.0))
-    >>> layout = LatentLayout.from_sites(trace_model(bound, be), be)
-    >>> density = ModelDensity(bound, be, layout)
-    >>> with be.activate():
-    ...     value, grad = density.value_and_grad(be.asarray([1.0]))
+    >>> layout = LatentLayout.from_sites(trace_model(bound, backend), backend)
+    >>> density = ModelDensity(bound, backend, layout)
+    >>> with backend.activate():
+    ...     value, grad = density.value_and_grad(backend.asarray([1.0]))
     >>> round(float(value), 4), np.asarray(grad).tolist()
     (2.8379, [2.0])
     """

@@ -81,7 +81,7 @@ class Lowering(Runtime):
         self._in_scan = False
 
     def run(self, msg: Message) -> None:
-        be = self.backend
+        backend = self.backend
         name = msg.name + self._suffix
         if msg.type == "sample":
             self._sample(msg, name)
@@ -89,39 +89,45 @@ class Lowering(Runtime):
             if self.params is not None and msg.name in self.params:
                 value = self.params[msg.name]
             else:
-                init = be.asarray(msg.fn)
-                value = be.native.param(name, init, msg.kwargs["constraint"])
-            msg.value = be.model_value(value, False)
+                init = backend.asarray(msg.fn)
+                value = backend.native.param(name, init, msg.kwargs["constraint"])
+            msg.value = backend.model_value(value, False)
         elif msg.type == "deterministic":
-            msg.value = be.native.deterministic(name, msg.value)
+            msg.value = backend.native.deterministic(name, msg.value)
         elif msg.type == "factor":
-            be.native.factor(name, msg.value)
+            backend.native.factor(name, msg.value)
 
     def _sample(self, msg: Message, name: str) -> None:
-        be = self.backend
-        native = be.distribution(msg.fn)
+        backend = self.backend
+        native = backend.distribution(msg.fn)
         batch_shape, event_ndims = self._shape(msg, native)
         u = self._given(msg.name)
         if u is None:
-            native = be.expand(native, batch_shape, event_ndims)
+            native = backend.expand(native, batch_shape, event_ndims)
             obs = msg.obs
             if obs is not None:
-                obs = be.observed_value(msg.fn, obs if be.is_array(obs) else be.asarray(obs))
+                obs = backend.observed_value(
+                    msg.fn, obs if backend.is_array(obs) else backend.asarray(obs)
+                )
             enumerate_site = obs is None and msg.name in self.enumerated
-            msg.value = be.model_value(be.native.sample(name, native, obs, enumerate_site), False)
+            msg.value = backend.model_value(
+                backend.native.sample(name, native, obs, enumerate_site), False
+            )
             return
-        transform = be.biject_to(native.support)
+        transform = backend.biject_to(native.support)
         value = u if transform is None else transform(u)
-        msg.value = be.model_value(value, False)
+        msg.value = backend.model_value(value, False)
         if self.jacobian and transform is not None:
             log_det = transform.log_abs_det_jacobian(u, value)
             # One term per plate element: a factor inside plates must have the plates' shape.
             keep = len(plate_batch_shape(msg))
             if len(log_det.shape) > keep:
-                log_det = be.math.sum(log_det, axis=tuple(range(keep, len(log_det.shape))))
-            be.native.factor(f"{name}_log_jacobian", log_det)
+                log_det = backend.math.sum(log_det, axis=tuple(range(keep, len(log_det.shape))))
+            backend.native.factor(f"{name}_log_jacobian", log_det)
         if msg.name not in self.exclude:
-            be.native.sample(name, be.expand(native, batch_shape, event_ndims), value, False)
+            backend.native.sample(
+                name, backend.expand(native, batch_shape, event_ndims), value, False
+            )
 
     def _given(self, name: str):
         if self._step_values is not None:
@@ -161,7 +167,7 @@ class Lowering(Runtime):
             yield self.backend.model_value(indices, False)
 
     def scan(self, f, init, xs, length: int, name: str):
-        be = self.backend
+        backend = self.backend
         with no_nesting(self._in_scan):
             pass
         inside = {
@@ -177,9 +183,9 @@ class Lowering(Runtime):
                     x, self._step_values = packed
                     return f(carry, x)
 
-                xs = tree_to_backend(xs, be)
-                return be.native.scan(body, init, (xs, inside), length)
-            steps = iter(be.native.markov(range(length)))
+                xs = tree_to_backend(xs, backend)
+                return backend.native.scan(body, init, (xs, inside), length)
+            steps = iter(backend.native.markov(range(length)))
 
             @contextmanager
             def step(t: int):
@@ -189,7 +195,7 @@ class Lowering(Runtime):
                 yield
 
             try:
-                return python_loop(be, f, init, xs, length, step)
+                return python_loop(backend, f, init, xs, length, step)
             finally:
                 steps.close()  # leaves every step's markov context
         finally:

@@ -18,10 +18,10 @@ Example
 ...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
 ...     with bdl.plate("data", y.shape[0]) as idx:
 ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
->>> be = bdl.backends.get("numpyro")
->>> density = PointDensity(m(np.array([0.0, 1.0, 2.0])), be, "data")
->>> with be.activate():
-...     outside, points = density({"mu": be.asarray(0.0)}, density.data, be.asarray([0, 2]))
+>>> backend = bdl.backends.get("numpyro")
+>>> density = PointDensity(m(np.array([0.0, 1.0, 2.0])), backend, "data")
+>>> with backend.activate():
+...     outside, points = density({"mu": backend.asarray(0.0)}, density.data, backend.asarray([0, 2]))
 >>> round(float(outside), 4), [round(float(p), 4) for p in points]
 (-0.9189, [-0.9189, -2.9189])
 """
@@ -100,9 +100,9 @@ class PointDensity:
         self.data, self._template = bound.data_arrays(backend)
 
     def __call__(self, sites: dict, data=None, indices=None, params=None) -> tuple[Any, Any]:
-        be = self.backend
+        backend = self.backend
         ev = PointwiseEvaluator(
-            be,
+            backend,
             self.plate,
             unconstrained=sites,
             batch={self.plate: indices},
@@ -112,6 +112,6 @@ class PointDensity:
         )
         self.bound.run_with(ev, fill_data(self._template, self.data if data is None else data))
         points = ev.log_point
-        if not be.is_array(points):  # no site in the plate: zero per point
-            points = be.math.zeros((int(indices.shape[0]),)) + points
+        if not backend.is_array(points):  # no site in the plate: zero per point
+            points = backend.math.zeros((int(indices.shape[0]),)) + points
         return ev.log_joint, points

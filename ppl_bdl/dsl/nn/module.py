@@ -121,10 +121,10 @@ class Module:
         >>> import numpy as np, ppl_bdl as bdl
         >>> from ppl_bdl import nn
         >>> layer = nn.Dense("fc", 2, 1)
-        >>> be = bdl.backends.get("numpyro")
-        >>> with be.activate():
+        >>> backend = bdl.backends.get("numpyro")
+        >>> with backend.activate():
         ...     y = layer.apply({"fc.weight": np.ones((2, 1)), "fc.bias": np.zeros(1)},
-        ...                     be.asarray([[1.0, 2.0]]))
+        ...                     backend.asarray([[1.0, 2.0]]))
         >>> y.tolist()
         [[3.0]]
         """

@@ -75,7 +75,7 @@ def recognise(setup, seed: int = 0) -> ConjugateModel:
 
 class _Prober:
     def __init__(self, setup, rng: np.random.Generator):
-        self.setup, self.be, self.rng = setup, setup.backend, rng
+        self.setup, self.backend, self.rng = setup, setup.backend, rng
         self.tol = 1e-4 if setup.backend.precision == "float32" else 1e-9
         self.latents: dict[str, Latent] = {}
         for name, site in setup.sites.items():
@@ -118,21 +118,21 @@ class _Prober:
         return rng.integers(lat.num_categories, size=lat.shape)
 
     def _params_at(self, values: dict) -> dict:
-        ev = Evaluator(self.be, values=values, params=self.setup.params, record=True)
+        ev = Evaluator(self.backend, values=values, params=self.setup.params, record=True)
         self.setup.bound.run_with(ev)
         return {
-            n: {k: self.be.math.asarray(v) for k, v in s.spec.params.items()}
+            n: {k: self.backend.math.asarray(v) for k, v in s.spec.params.items()}
             for n, s in ev.sites.items()
             if s.kind in ("latent", "observed")
         }
 
     def run(self, **changes) -> dict:
         """The parameters of every site with the latents at ``changes`` (else at the base)."""
-        be = self.be
+        backend = self.backend
         values = {**self.base, **changes}
-        with be.scope(), be.activate():
-            out = self._params({k: be.asarray(v) for k, v in values.items()})
-            return {n: {k: be.to_numpy(v) for k, v in p.items()} for n, p in out.items()}
+        with backend.scope(), backend.activate():
+            out = self._params({k: backend.asarray(v) for k, v in values.items()})
+            return {n: {k: backend.to_numpy(v) for k, v in p.items()} for n, p in out.items()}
 
     def param(self, params: dict, name: str, key: str) -> np.ndarray:
         """Parameter ``key`` of site ``name``, broadcast to one row per element."""
@@ -186,7 +186,7 @@ class _Prober:
         parents = {key: p for key, p in deps.items() if p}
         if family not in ("Normal", "Categorical") and not parents:
             if observed:  # a constant term of the joint
-                logp = float(np.sum(self.be.to_numpy(site.log_prob)))
+                logp = float(np.sum(self.backend.to_numpy(site.log_prob)))
                 return Factor(name, "constant", True, size, consts={"logp": logp})
             p = {k: self.param(base, name, k) for k in site.spec.params}
             if family == "Dirichlet":
@@ -215,7 +215,7 @@ class _Prober:
                 f"{key!r}; only Normal and Categorical sites may depend on latents",
             )
         if observed:
-            value = np.asarray(self.be.to_numpy(site.value), float).reshape(-1)
+            value = np.asarray(self.backend.to_numpy(site.value), float).reshape(-1)
             if family == "Categorical":
                 k = self.param(base, name, next(iter(site.spec.params))).shape[-1]
                 f.consts["onehot"] = np.eye(k)[value.astype(int)]

@@ -81,11 +81,11 @@ def run_cavi(
     keeps the one with the highest final ELBO; CAVI, like EM, reaches a local optimum, and the
     starts of a mixture differ in where its component means begin).
     """
-    be = setup.backend
-    program = CAVIProgram(recognise(setup, seed), be)
+    backend = setup.backend
+    program = CAVIProgram(recognise(setup, seed), backend)
     runs = []
     for start in range(restarts):
-        runs.append(_iterate(program, be, num_steps, float(tol), seed + start, progress))
+        runs.append(_iterate(program, backend, num_steps, float(tol), seed + start, progress))
         if runs[-1][2] is not None:  # a failure or Ctrl-C: stop there, and say so
             break
     failure = runs[-1][2]
@@ -97,7 +97,7 @@ def run_cavi(
     failed = failure is not None and not interrupted
     pick = len(runs) - 1 if failed else int(np.argmax(finals))
     elbos, state = runs[pick][:2]
-    factors = CAVIFactors(program.latents, _host(be, state), setup.layout, be)
+    factors = CAVIFactors(program.latents, _host(backend, state), setup.layout, backend)
     losses = -np.asarray(elbos, dtype=float)
     converged = len(elbos) >= 2 and abs(elbos[-1] - elbos[-2]) <= tol * abs(elbos[-1])
     setup.settings.update(
@@ -133,7 +133,7 @@ def run_cavi(
     return post
 
 
-def _iterate(program: CAVIProgram, be, num_steps: int, tol: float, seed: int, progress: bool):
+def _iterate(program: CAVIProgram, backend, num_steps: int, tol: float, seed: int, progress: bool):
     """Sweeps until the relative change of the ELBO is below ``tol``; (ELBOs, last state (None:
     Ctrl-C before the first), None or ``(reason, message)`` of a failure: "failed" (a
     non-finite ELBO, or one that fell) or "interrupted" (Ctrl-C))."""
@@ -141,13 +141,13 @@ def _iterate(program: CAVIProgram, be, num_steps: int, tol: float, seed: int, pr
     bar = progress_bar(num_steps, "cavi") if progress else None
     failure, state = None, None
     try:
-        with be.scope(), be.activate():
+        with backend.scope(), backend.activate():
             consts = program.constants()
             state = program.initial_state(np.random.default_rng(seed))
-            sweep = be.jit(program.sweep)
+            sweep = backend.jit(program.sweep)
             for step in range(num_steps):
                 new_state, value = sweep(state, consts)
-                value = float(be.to_numpy(value))
+                value = float(backend.to_numpy(value))
                 if not np.isfinite(value):
                     failure = (
                         "failed",
@@ -158,7 +158,7 @@ def _iterate(program: CAVIProgram, be, num_steps: int, tol: float, seed: int, pr
                         ),
                     )
                     break
-                slack = ROUNDING_EPS * _EPS[be.precision] * max(1.0, abs(value))
+                slack = ROUNDING_EPS * _EPS[backend.precision] * max(1.0, abs(value))
                 if elbos and value < elbos[-1] - slack:
                     failure = (
                         "failed",
@@ -184,5 +184,5 @@ def _iterate(program: CAVIProgram, be, num_steps: int, tol: float, seed: int, pr
     return elbos, state, failure
 
 
-def _host(be, state: dict) -> dict:
-    return {n: {k: be.to_numpy(v) for k, v in s.items()} for n, s in state.items()}
+def _host(backend, state: dict) -> dict:
+    return {n: {k: backend.to_numpy(v) for k, v in s.items()} for n, s in state.items()}

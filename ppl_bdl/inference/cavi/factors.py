@@ -105,51 +105,53 @@ class CAVIFactors:
 
     def unconstrain(self, draws: dict[str, np.ndarray]) -> np.ndarray:
         """Constrained draws ``(n, *shape)`` of every continuous site as flat unconstrained rows."""
-        be, parts = self.backend, []
-        with be.scope(), be.activate():
+        backend, parts = self.backend, []
+        with backend.scope(), backend.activate():
             for slot in self.layout.slots:
-                x = be.asarray(draws[slot.name])
-                transform = be.biject_to(self.layout.sites[slot.name].native.support)
+                x = backend.asarray(draws[slot.name])
+                transform = backend.biject_to(self.layout.sites[slot.name].native.support)
                 u = x if transform is None else transform.inv(x)
-                parts.append(np.asarray(be.to_numpy(u), dtype=float).reshape(len(x), -1))
+                parts.append(np.asarray(backend.to_numpy(u), dtype=float).reshape(len(x), -1))
         return np.concatenate(parts, axis=1)
 
     def log_prob(self, theta: np.ndarray) -> np.ndarray:
         """log q of flat unconstrained rows (n, d): q's density of the constrained values
         times the Jacobian of the constraining maps (the density of θ itself)."""
-        be = self.backend
+        backend = self.backend
         theta = np.atleast_2d(np.asarray(theta, dtype=float))
-        with be.scope(), be.activate():
-            state = {n: {k: be.asarray(v) for k, v in s.items()} for n, s in self.state.items()}
-            total = self._log_density(be.asarray(theta), state)
-            return np.asarray(be.to_numpy(total), dtype=float)
+        with backend.scope(), backend.activate():
+            state = {
+                n: {k: backend.asarray(v) for k, v in s.items()} for n, s in self.state.items()
+            }
+            total = self._log_density(backend.asarray(theta), state)
+            return np.asarray(backend.to_numpy(total), dtype=float)
 
     def _log_density_at(self, theta, state: dict):
-        be, n, total = self.backend, theta.shape[0], 0.0
+        backend, n, total = self.backend, theta.shape[0], 0.0
         for slot in self.layout.slots:
-            u = be.math.reshape(
+            u = backend.math.reshape(
                 theta[:, slot.offset : slot.offset + slot.size], (n,) + slot.unconstrained_shape
             )
-            transform = be.biject_to(self.layout.sites[slot.name].native.support)
+            transform = backend.biject_to(self.layout.sites[slot.name].native.support)
             x = u if transform is None else transform(u)
             if transform is not None:
                 ladj = transform.log_abs_det_jacobian(u, x)
-                total = total + be.math.sum(be.math.reshape(ladj, (n, -1)), axis=1)
+                total = total + backend.math.sum(backend.math.reshape(ladj, (n, -1)), axis=1)
             total = total + self._log_q(slot.name, state[slot.name], x, n)
         return total
 
     def _log_q(self, name: str, s: dict, x: Any, n: int):
-        be, lat, m = self.backend, self.latents[name], self.backend.math
+        backend, lat, m = self.backend, self.latents[name], self.backend.math
         if lat.family == "Normal":
             spec = MultivariateNormal(s["mean"], covariance_matrix=s["cov"])
-            return be.distribution(spec).log_prob(m.reshape(x, (n, lat.size)))
+            return backend.distribution(spec).log_prob(m.reshape(x, (n, lat.size)))
         if lat.family == "Dirichlet":
-            lp = be.distribution(Dirichlet(s["alpha"])).log_prob(
+            lp = backend.distribution(Dirichlet(s["alpha"])).log_prob(
                 m.reshape(x, (n,) + tuple(s["alpha"].shape))
             )
         else:
             family = Gamma if lat.family == "Gamma" else InverseGamma
-            lp = be.distribution(family(s["A"], s["B"])).log_prob(m.reshape(x, (n, lat.size)))
+            lp = backend.distribution(family(s["A"], s["B"])).log_prob(m.reshape(x, (n, lat.size)))
         return m.sum(m.reshape(lp, (n, -1)), axis=1)
 
     def __repr__(self) -> str:

@@ -31,8 +31,8 @@ Example
 ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
 >>> setup = prepare(normal_mean(np.array([1.0, 2.0, 3.0])), "numpyro", "float64", 0)
 >>> program = CAVIProgram(recognise(setup), setup.backend)
->>> be = setup.backend
->>> with be.scope(), be.activate():
+>>> backend = setup.backend
+>>> with backend.scope(), backend.activate():
 ...     state, elbo = program.sweep(program.initial_state(np.random.default_rng(0)),
 ...                                 program.constants())
 >>> float(state["mu"]["mean"][0]), float(state["mu"]["cov"][0, 0])  # 6 / 4 and 1 / 4
@@ -64,7 +64,7 @@ class CAVIProgram:
     (:meth:`constants`), passed in so that the data is not baked into a compiled sweep."""
 
     def __init__(self, model: ConjugateModel, backend):
-        self.model, self.be, self.m = model, backend, backend.math
+        self.model, self.backend, self.m = model, backend, backend.math
         self.latents = model.latents
         firsts = [n for n, lat in self.latents.items() if lat.family == "Categorical"]
         self.order = firsts + [n for n in self.latents if n not in firsts]
@@ -81,7 +81,9 @@ class CAVIProgram:
             for key in ("c", "C"):
                 if key in consts:
                     consts["logc"] = np.log(consts[key].sum(1) if key == "C" else consts[key])
-            out.append({k: self.be.asarray(np.asarray(v, dtype=float)) for k, v in consts.items()})
+            out.append(
+                {k: self.backend.asarray(np.asarray(v, dtype=float)) for k, v in consts.items()}
+            )
         return out
 
     def initial_state(self, rng: np.random.Generator) -> dict:
@@ -113,7 +115,9 @@ class CAVIProgram:
                 s = {"alpha": f.consts["alpha0"]}
             else:
                 s = {"logits": np.full((lat.size, lat.num_categories), -np.log(lat.num_categories))}
-            state[name] = {k: self.be.asarray(np.asarray(v, dtype=float)) for k, v in s.items()}
+            state[name] = {
+                k: self.backend.asarray(np.asarray(v, dtype=float)) for k, v in s.items()
+            }
         return state
 
     # -- expectations under q -------------------------------------------------------------

@@ -16,9 +16,9 @@ Example
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.inference.ebm.chains import ChainSpec
 >>> spec = ChainSpec.build("sgld", step_size=0.1, chain_steps=4)
->>> be = bdl.backends.get("numpyro")
->>> with be.activate():
-...     sizes = spec.step_sizes(be, 4)
+>>> backend = bdl.backends.get("numpyro")
+>>> with backend.activate():
+...     sizes = spec.step_sizes(backend, 4)
 >>> sizes.tolist()
 [0.1, 0.1, 0.1, 0.1]
 """
@@ -139,10 +139,10 @@ class ChainSpec:
         )
         return lambda k: scaled(k) * (1.0 / self.step_size)
 
-    def step_sizes(self, be, num_steps: int) -> np.ndarray:
-        """α_0, ..., α_{num_steps−1} (NumPy; run under ``be.activate()``)."""
-        unit = self.unit_schedule(num_steps)(be.arange(num_steps))
-        return self.step_size * np.asarray(be.to_numpy(unit), dtype=float)
+    def step_sizes(self, backend, num_steps: int) -> np.ndarray:
+        """α_0, ..., α_{num_steps−1} (NumPy; run under ``backend.activate()``)."""
+        unit = self.unit_schedule(num_steps)(backend.arange(num_steps))
+        return self.step_size * np.asarray(backend.to_numpy(unit), dtype=float)
 
     def kernel(self, value_and_grad, num_steps: int):
         """The kernel on ``value_and_grad(x, θ) -> (Σ E_θ, ∇_x)``, for chains of ``num_steps``
@@ -162,17 +162,17 @@ class ChainSpec:
         )
 
 
-def input_value_and_grad(be, energy, batch_shape: tuple[int, ...]):
+def input_value_and_grad(backend, energy, batch_shape: tuple[int, ...]):
     """``(x_flat, θ) -> (Σ_b E_θ(x_b), ∇_x)``: the potential of B independent chains, their
     inputs laid out flat (kernels read any shape; a flat one keeps ``norm`` well defined)."""
 
     def total(position, params):
         return bm.sum(energy(params, bm.reshape(position, batch_shape)))
 
-    return be.value_and_grad(total)
+    return backend.value_and_grad(total)
 
 
-def run_chain(be, kernel, sizes, keys, position, params, bounds=None):
+def run_chain(backend, kernel, sizes, keys, position, params, bounds=None):
     """K = ``len(sizes)`` kernel steps from ``position`` at θ = ``params`` (Algorithm 3, lines
     3-7), one loop in the compiled step (:meth:`Backend.fori_loop`); returns x_K, flat.
     ``sizes``: the K step sizes (an array); ``keys``: K keys (:meth:`RandomKeys.keys`);
@@ -182,7 +182,7 @@ def run_chain(be, kernel, sizes, keys, position, params, bounds=None):
         state, _ = kernel.step(keys[k], state, params, sizes[k])
         return clipped(state, bounds)
 
-    return be.fori_loop(len(sizes), one, kernel.init(position))["position"]
+    return backend.fori_loop(len(sizes), one, kernel.init(position))["position"]
 
 
 def clipped(state: dict, bounds):
@@ -192,11 +192,11 @@ def clipped(state: dict, bounds):
     return dict(state, position=bm.clip(state["position"], bounds[0], bounds[1]))
 
 
-def tiled_bounds(be, box, count: int, clip: bool):
+def tiled_bounds(backend, box, count: int, clip: bool):
     """The box of ``count`` points laid out flat, as backend arrays (None without ``clip``)."""
     if not clip:
         return None
-    return tuple(be.asarray(np.tile(np.asarray(b, dtype=float), count)) for b in box)
+    return tuple(backend.asarray(np.tile(np.asarray(b, dtype=float), count)) for b in box)
 
 
 class ReplayBuffer:
@@ -210,9 +210,9 @@ class ReplayBuffer:
     >>> import numpy as np, ppl_bdl as bdl
     >>> from ppl_bdl.inference.ebm.chains import ReplayBuffer
     >>> buffer = ReplayBuffer(size=6, batch_size=2, reinit=0.0)
-    >>> be = bdl.backends.get("numpyro")
-    >>> with be.activate():
-    ...     rows = be.asarray(np.arange(12.0).reshape(6, 2))
+    >>> backend = bdl.backends.get("numpyro")
+    >>> with backend.activate():
+    ...     rows = backend.asarray(np.arange(12.0).reshape(6, 2))
     ...     oldest = buffer.take(rows, None, None)
     ...     rows = buffer.put(rows, oldest + 100.0)
     >>> np.asarray(rows)[:, 0].tolist()

@@ -11,11 +11,11 @@ Example
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl import nn
 >>> from ppl_bdl.inference.ebm.energy import Energy
->>> be = bdl.backends.get("numpyro")
->>> energy = Energy(nn.MLP("e", [2, 8, 1]), be)
+>>> backend = bdl.backends.get("numpyro")
+>>> energy = Energy(nn.MLP("e", [2, 8, 1]), backend)
 >>> params = energy.initial_params(seed=0)
->>> with be.activate():
-...     values = energy(params, be.asarray(np.zeros((3, 2))))
+>>> with backend.activate():
+...     values = energy(params, backend.asarray(np.zeros((3, 2))))
 >>> tuple(values.shape)
 (3,)
 """
@@ -77,12 +77,12 @@ class Energy:
     def check(self, params: dict, X: np.ndarray) -> None:
         """Run the network once on two rows of ``X``; a clear error if it fails or does not give
         one energy per row."""
-        be = self.backend
+        backend = self.backend
         probe = X[: min(2, len(X))]
-        with be.scope(), be.activate():
-            values = {k: be.asarray(v) for k, v in params.items()}
+        with backend.scope(), backend.activate():
+            values = {k: backend.asarray(v) for k, v in params.items()}
             try:
-                out = SampledNetwork(self.network, values)(be.asarray(probe))
+                out = SampledNetwork(self.network, values)(backend.asarray(probe))
             except ModelError as err:
                 raise ModelError(
                     f"the energy network {self.network.path!r} failed on a batch of X's rows of "

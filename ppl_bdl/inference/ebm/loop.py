@@ -29,7 +29,7 @@ from ppl_bdl.inference.loop.minibatch import EpochBatches
 
 
 def run_transition(
-    be,
+    backend,
     transition: Transition,
     position: np.ndarray,
     *,
@@ -56,7 +56,7 @@ def run_transition(
     row_floats = int(np.size(position)) if keep_last else 0
     plan = plan_run(keep, 1, row_floats, chunk_size, progress)
     return run_chains(
-        be,
+        backend,
         transition,
         np.asarray(position)[None],
         seed,

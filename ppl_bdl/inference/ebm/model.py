@@ -145,12 +145,12 @@ class EnergyModel:
         [1.0, 3.0]
         """
         x = self._points(x, "x")
-        be, out = self.backend, []
-        with be.scope(), be.activate():
+        backend, out = self.backend, []
+        with backend.scope(), backend.activate():
             params = self.device_params()
             for start in range(0, len(x), ENERGY_CHUNK):
-                rows = be.asarray(x[start : start + ENERGY_CHUNK])
-                out.append(np.asarray(be.to_numpy(self._energy(params, rows)), dtype=float))
+                rows = backend.asarray(x[start : start + ENERGY_CHUNK])
+                out.append(np.asarray(backend.to_numpy(self._energy(params, rows)), dtype=float))
         return np.concatenate(out)
 
     def sample(
@@ -186,14 +186,14 @@ class EnergyModel:
         n = _count("n", n)
         steps = self.chain.chain_steps if steps is None else _count("steps", steps)
         x0 = self._start(n, start, seed)
-        be = self.backend
-        with be.scope(), be.activate():
+        backend = self.backend
+        with backend.scope(), backend.activate():
             params = self.device_params()
             if (n, steps) not in self._samplers:
                 self._samplers[n, steps] = _sampling_transition(self, x0.shape, steps, params)
             transition = self._samplers[n, steps]
         run = run_transition(
-            be,
+            backend,
             transition,
             x0.reshape(-1),
             num_steps=steps,
@@ -254,16 +254,16 @@ class EnergyModel:
 
 def _sampling_transition(model: EnergyModel, shape, steps: int, params) -> Transition:
     """One kernel step on the n chains per loop step, θ passed as the loop's data."""
-    be, chain = model.backend, model.chain
-    value_and_grad = input_value_and_grad(be, model._energy, tuple(shape))
-    example = be.asarray(np.zeros(int(np.prod(shape))))
-    value_and_grad = be.trace(value_and_grad, (example, params))
+    backend, chain = model.backend, model.chain
+    value_and_grad = input_value_and_grad(backend, model._energy, tuple(shape))
+    example = backend.asarray(np.zeros(int(np.prod(shape))))
+    value_and_grad = backend.trace(value_and_grad, (example, params))
     kernel = chain.kernel(value_and_grad, steps)
-    sizes = be.asarray(chain.step_sizes(be, steps))
-    bounds = tiled_bounds(be, model.box, shape[0], chain.clip)
+    sizes = backend.asarray(chain.step_sizes(backend, steps))
+    bounds = tiled_bounds(backend, model.box, shape[0], chain.clip)
 
     def init(key, position, data):
-        return {"kernel": kernel.init(position), "t": be.asarray(0, dtype="int")}
+        return {"kernel": kernel.init(position), "t": backend.asarray(0, dtype="int")}
 
     def step(key, state, batch, rate):
         new, info = kernel.step(key, state["kernel"], batch.data, sizes[state["t"]])

@@ -211,8 +211,8 @@ class EBMTrainer:
         chunk_size=None,
         **chain_options,
     ):
-        be = get_backend(backend, precision, device)
-        X = check_data(X, be.precision)
+        backend = get_backend(backend, precision, device)
+        X = check_data(X, backend.precision)
         n, event = len(X), X.shape[1:]
         batch_size = _int_in("batch_size", batch_size, 1, n, f"at most the {n} points of X")
         num_steps = _int_in("num_steps", num_steps, 1, None, "")
@@ -235,10 +235,10 @@ class EBMTrainer:
             self.buffer = ReplayBuffer(size, batch_size, reinit)
         model = EnergyModel(
             energy,
-            Energy(energy, be).initial_params(seed),
+            Energy(energy, backend).initial_params(seed),
             event_shape=event,
             box=box_of(X),
-            backend=be,
+            backend=backend,
             sampler=sampler,
             step_size=step_size,
             chain_steps=chain_steps,
@@ -265,15 +265,15 @@ class EBMTrainer:
             seed=seed,
             **chain_options,
         )
-        self.model, self.backend, self.seed, self.chunk_size = model, be, int(seed), chunk_size
+        self.model, self.backend, self.seed, self.chunk_size = model, backend, int(seed), chunk_size
         rng = np.random.default_rng([int(seed), 3])
         self._position = np.zeros(1, X.dtype)
         if self.buffer is not None:
             self._position = _initial_buffer(rng, X, model.box, self.buffer.size).reshape(-1)
-        self._data = be.asarray(X)
+        self._data = backend.asarray(X)
         self._batches = EpochBatches(n, batch_size, [int(seed), 5])
         self.transition = _training_transition(
-            be, model, opt, self.buffer, start, batch_size, energy_l2
+            backend, model, opt, self.buffer, start, batch_size, energy_l2
         )
         self._state, self._calls, self._infos, self._done = None, 0, [], 0
         self._rates = Rates(opt.lr, unit_schedule(opt))
@@ -313,13 +313,13 @@ class EBMTrainer:
             self.failure.step += done
 
 
-def _training_transition(be, model: EnergyModel, opt_config, buffer, start, batch_size, l2):
+def _training_transition(backend, model: EnergyModel, opt_config, buffer, start, batch_size, l2):
     """Algorithm 3's step t as a transition (see the module docstring)."""
     energy, chain = model._energy, model.chain
     shape = (batch_size, *model.event_shape)
     rows = (batch_size, flat_size(model.event_shape))
     steps = chain.chain_steps
-    optimizer = be.optimizer(opt_config)
+    optimizer = backend.optimizer(opt_config)
 
     def loss(params, x_pos, x_neg):
         e_pos, e_neg = energy(params, x_pos), energy(params, x_neg)
@@ -329,18 +329,20 @@ def _training_transition(be, model: EnergyModel, opt_config, buffer, start, batc
             value = value + l2 * (bm.mean(e_pos * e_pos) + bm.mean(e_neg * e_neg))
         return value, (mean_pos, mean_neg)
 
-    with be.scope(), be.activate():
+    with backend.scope(), backend.activate():
         params0 = model.device_params()
-        x_example = be.asarray(np.zeros(shape))
-        chain_grad = input_value_and_grad(be, energy, shape)
-        chain_grad = be.trace(chain_grad, (be.asarray(np.zeros(rows[0] * rows[1])), params0))
+        x_example = backend.asarray(np.zeros(shape))
+        chain_grad = input_value_and_grad(backend, energy, shape)
+        chain_grad = backend.trace(
+            chain_grad, (backend.asarray(np.zeros(rows[0] * rows[1])), params0)
+        )
         kernel = chain.kernel(chain_grad, steps)
-        sizes = be.asarray(chain.step_sizes(be, steps))
-        low, high = (be.asarray(b) for b in model.box)
-        bounds = tiled_bounds(be, model.box, batch_size, chain.clip)
-        theta_grad = be.value_and_grad(loss, has_aux=True)
+        sizes = backend.asarray(chain.step_sizes(backend, steps))
+        low, high = (backend.asarray(b) for b in model.box)
+        bounds = tiled_bounds(backend, model.box, batch_size, chain.clip)
+        theta_grad = backend.value_and_grad(loss, has_aux=True)
         # two distinct example inputs: a tracer may merge one tensor passed twice into one input
-        theta_grad = be.trace(theta_grad, (params0, x_example, x_example + 1.0))
+        theta_grad = backend.trace(theta_grad, (params0, x_example, x_example + 1.0))
 
     def init(key, position, data):
         params = model.device_params()  # fresh arrays: torch's optimizer updates them in place
@@ -350,18 +352,20 @@ def _training_transition(be, model: EnergyModel, opt_config, buffer, start, batc
         return state
 
     def step(key, state, batch, lr):
-        keys = be.random.split(key, 3)
+        keys = backend.random.split(key, 3)
         x_pos = batch.data[batch.indices]  # x⁺ ~ D (line 9)
         fresh = (
             bm.reshape(x_pos, rows) if start == "data" else uniform_box(keys[0], rows, low, high)
         )
         x0 = fresh if buffer is None else buffer.take(state["buffer"], keys[1], fresh)  # line 3
         x0 = bm.reshape(x0, (-1,))
-        chain_keys = be.random.keys(keys[2], steps)
-        x_neg = run_chain(be, kernel, sizes, chain_keys, x0, state["params"], bounds)  # lines 4-6
+        chain_keys = backend.random.keys(keys[2], steps)
+        x_neg = run_chain(
+            backend, kernel, sizes, chain_keys, x0, state["params"], bounds
+        )  # lines 4-6
         x_neg = bm.reshape(x_neg, shape)  # x⁻ = x_K (line 7)
         (value, (e_pos, e_neg)), grads = theta_grad(state["params"], x_pos, x_neg)  # line 10
-        m = be.math
+        m = backend.math
         grad_norm = m.sqrt(sum(m.sum(g * g) for g in grads.values()))
         ok = m.isfinite(value) & m.isfinite(grad_norm)
         params, opt_state = optimizer.update(grads, state["optimizer"], state["params"], ok, lr)
@@ -389,14 +393,14 @@ def _initial_buffer(rng, X: np.ndarray, box, size: int) -> np.ndarray:
 def _read_back(model: EnergyModel, state, buffer, infos: list) -> None:
     """The trained parameters, buffer and per-step infos into ``model`` (after a failure: the
     state from before the failed step)."""
-    be = model.backend
+    backend = model.backend
     if state is not None:
-        with be.scope(), be.activate():
+        with backend.scope(), backend.activate():
             model.params = {
-                k: np.asarray(be.to_numpy(v), dtype=float) for k, v in state["params"].items()
+                k: np.asarray(backend.to_numpy(v), dtype=float) for k, v in state["params"].items()
             }
             if buffer is not None:
-                rows = np.asarray(be.to_numpy(state["buffer"]))
+                rows = np.asarray(backend.to_numpy(state["buffer"]))
                 model.buffer = rows.reshape((buffer.size, *model.event_shape))
     parts = [i for i in infos if i]
     model.history = (

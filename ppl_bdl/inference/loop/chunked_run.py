@@ -55,7 +55,7 @@ class ChunkedRun:
     results dropped), whether every step's infos come back, the step counter's start, and the
     progress bar. Called with one part's chains, it runs their chunks."""
 
-    be: Any
+    backend: Any
     transition: Transition
     runner: Callable
     seed: int
@@ -76,29 +76,36 @@ class ChunkedRun:
     def _start(self, chains, positions, scale, state):
         """The part's state (its chains' ``init`` stacked, or ``state``) and what every step
         reads unchanged (the data, the rates' scale, the chains' keys), placed."""
-        be, transition, pad, vectorised = self.be, self.transition, self.pad, self.vectorised
-        with be.scope(), be.activate():
-            keys = [be.random.split(be.random.key(chain_seed(self.seed, c))) for c in chains]
+        backend, transition, pad, vectorised = (
+            self.backend,
+            self.transition,
+            self.pad,
+            self.vectorised,
+        )
+        with backend.scope(), backend.activate():
+            keys = [
+                backend.random.split(backend.random.key(chain_seed(self.seed, c))) for c in chains
+            ]
             keys += keys[-1:] * pad
             if state is None:
                 starts = list(positions) + [positions[-1]] * pad
                 states = [
-                    transition.init(k[0], be.asarray(p), self.data)
+                    transition.init(k[0], backend.asarray(p), self.data)
                     for k, p in zip(keys, starts, strict=True)
                 ]
                 state = states[0]
                 if vectorised:
-                    state = be.tree_map(lambda *a: be.math.stack(list(a)), *states)
-            state = be.place(state, chain_axis=0 if vectorised else None)
+                    state = backend.tree_map(lambda *a: backend.math.stack(list(a)), *states)
+            state = backend.place(state, chain_axis=0 if vectorised else None)
             chain_keys = [k[1] for k in keys]
             # The data (init ran on the first device; the loop reads it everywhere), the rates'
             # scale, the chains' keys.
-            scale = be.place(be.asarray(scale), chain_axis=0 if np.ndim(scale) else None)
-            chain_keys = be.math.stack(chain_keys) if vectorised else chain_keys[0]
+            scale = backend.place(backend.asarray(scale), chain_axis=0 if np.ndim(scale) else None)
+            chain_keys = backend.math.stack(chain_keys) if vectorised else chain_keys[0]
             inputs = (
-                be.place(self.data),
+                backend.place(self.data),
                 scale,
-                be.place(chain_keys, chain_axis=0 if vectorised else None),
+                backend.place(chain_keys, chain_axis=0 if vectorised else None),
             )
         return state, inputs
 
@@ -133,9 +140,9 @@ class ChunkedRun:
 
     def _run_chunk(self, state, inputs, batches, start: int, steps: int):
         """One compiled call: ``steps`` steps from step ``start``."""
-        be, plan = self.be, self.plan
-        with be.scope(), be.activate():
-            xs = chunk_inputs(be, plan.chunk, steps, batches, self.vectorised, self.pad)
+        backend, plan = self.backend, self.plan
+        with backend.scope(), backend.activate():
+            xs = chunk_inputs(backend, plan.chunk, steps, batches, self.vectorised, self.pad)
             padded = np.zeros(plan.chunk, bool)
             padded[:steps] = plan.keep[start : start + steps]
             return self.runner(
@@ -217,7 +224,7 @@ def _failed_chains(info: dict | None, vectorised: bool) -> list[int]:
     return [] if bad is None else [int(i) for i in np.flatnonzero(bad)]
 
 
-def chunk_inputs(be, length: int, steps: int, batches, vectorised: bool, pad: int = 0) -> dict:
+def chunk_inputs(backend, length: int, steps: int, batches, vectorised: bool, pad: int = 0) -> dict:
     """A chunk's per-step inputs, padded to the compiled ``length``: the minibatch indices
     (nothing for full-batch steps; a step's key is its chain's key folded with the step's
     number, in the step), placed on the fit's devices (the ``pad`` chains past ``batches``
@@ -228,8 +235,8 @@ def chunk_inputs(be, length: int, steps: int, batches, vectorised: bool, pad: in
         blocks += blocks[-1:] * pad
         idx = np.zeros((length, len(blocks), blocks[0].shape[1]), blocks[0].dtype)
         idx[:steps] = np.stack(blocks, axis=1)
-        idx = be.asarray(idx if vectorised else idx[:, 0], dtype="int")
-        xs["idx"] = be.place(
+        idx = backend.asarray(idx if vectorised else idx[:, 0], dtype="int")
+        xs["idx"] = backend.place(
             idx, chain_axis=1 if vectorised else None, batch_axis=2 if vectorised else 1
         )
     return xs

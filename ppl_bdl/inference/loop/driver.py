@@ -220,7 +220,7 @@ def run_chains(
     return result
 
 
-def _runner(be, transition: Transition, vectorised: bool, rates: Rates | None):
+def _runner(backend, transition: Transition, vectorised: bool, rates: Rates | None):
     """The compiled runner of ``transition``'s steps, from the backend's program cache: keyed by
     the transition's and the rates' keys where they have them (another fit of the same model
     reuses it), else by the step and unit functions themselves (runs that share them, a
@@ -231,9 +231,11 @@ def _runner(be, transition: Transition, vectorised: bool, rates: Rates | None):
     else:
         unit_key = same(unit) if rates.key is None else rates.key
     step_key = same(transition.step) if transition.key is None else transition.key
-    return programs(be).get(
+    return programs(backend).get(
         ("loop", step_key, vectorised, unit_key),
-        lambda: be.compile_loop(_loop_step(be, transition, vectorised, unit), transition.emit),
+        lambda: backend.compile_loop(
+            _loop_step(backend, transition, vectorised, unit), transition.emit
+        ),
     )
 
 
@@ -271,16 +273,16 @@ def most_draws(lengths: list[int]) -> tuple[list[int], int]:
     return [i for i, m in enumerate(lengths) if length and m >= length], length
 
 
-def _loop_step(be, transition: Transition, vectorised: bool, unit):
+def _loop_step(backend, transition: Transition, vectorised: bool, unit):
     """The loop's step t: the transition (vmapped over the chains), each chain's key folded
     with t, the rate scale × unit(t)."""
 
     def one(state, chain_key, idx, rate, data, t):
-        key = be.random.fold_in(chain_key, t)
+        key = backend.random.fold_in(chain_key, t)
         return transition.step(key, state, Batch(data, idx, t), rate)
 
     def step(state, x, inputs, t):
-        with be.activate():
+        with backend.activate():
             data, scale, chain_keys = inputs
             rate = scale if unit is None else scale * unit(t)
             idx = x.get("idx")
@@ -288,7 +290,7 @@ def _loop_step(be, transition: Transition, vectorised: bool, unit):
                 # A rate per chain (VI's fits, each cut on its own plateau) or one for all.
                 per_chain = 0 if len(rate.shape) else None
                 axes = (0, 0, None if idx is None else 0, per_chain, None, None)
-                return be.vmap(one, in_axes=axes)(state, chain_keys, idx, rate, data, t)
+                return backend.vmap(one, in_axes=axes)(state, chain_keys, idx, rate, data, t)
             return one(state, chain_keys, idx, rate, data, t)
 
     return step

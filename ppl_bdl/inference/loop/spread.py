@@ -26,25 +26,25 @@ import numpy as np
 from ppl_bdl.errors import ConfigError
 
 
-def check_spread(be, vectorised: bool, batch, name: str) -> None:
+def check_spread(backend, vectorised: bool, batch, name: str) -> None:
     """A run that several devices cannot split is refused, saying what would be split."""
-    count = be.device_count
+    count = backend.device_count
     if count == 1:
         return
-    if be.shard_mode == "chains" and not vectorised:
+    if backend.shard_mode == "chains" and not vectorised:
         raise ConfigError(
-            f"{name}: device={be.device!r} splits chains over {count} devices, but this run has "
+            f"{name}: device={backend.device!r} splits chains over {count} devices, but this run has "
             "one chain at a time (num_chains=1, or chain_method='sequential'). Run several "
             f"chains side by side (num_chains >= 2; NUTS/HMC: chain_method='vectorized'), split "
             "each step's minibatch with shard='data', or use one device."
         )
-    if be.shard_mode == "data" and batch is None:
+    if backend.shard_mode == "data" and batch is None:
         raise ConfigError(
             f"{name}: shard='data' splits each step's minibatch over {count} devices, but this "
             "run steps on the full data (no batch_size). Give batch_size=... (SG-MCMC, VI), or "
             "split chains instead (shard='chains', the default)."
         )
-    if be.shard_mode == "data" and batch.batch_size % count:
+    if backend.shard_mode == "data" and batch.batch_size % count:
         raise ConfigError(
             f"{name}: shard='data' splits each minibatch over {count} devices; batch_size="
             f"{batch.batch_size} is not a multiple of {count}. Use batch_size="
@@ -52,10 +52,10 @@ def check_spread(be, vectorised: bool, batch, name: str) -> None:
         )
 
 
-def chain_padding(be, chains: int) -> int:
+def chain_padding(backend, chains: int) -> int:
     """How many copies of the last chain make ``chains`` a multiple of the devices they are
     split over (0 unless chains are split)."""
-    return (-chains) % be.device_count if be.shard_mode == "chains" else 0
+    return (-chains) % backend.device_count if backend.shard_mode == "chains" else 0
 
 
 def part_scale(scale: Any, chains: list, part: list, pad: int) -> Any:

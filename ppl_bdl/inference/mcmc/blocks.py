@@ -14,12 +14,12 @@ Example
 -------
 >>> import ppl_bdl as bdl
 >>> from ppl_bdl.inference.mcmc import blocks
->>> be = bdl.backends.get("numpyro")
->>> with be.activate():
-...     tree = (be.asarray([[1.0, 2.0]]), be.asarray([2.0]))
+>>> backend = bdl.backends.get("numpyro")
+>>> with backend.activate():
+...     tree = (backend.asarray([[1.0, 2.0]]), backend.asarray([2.0]))
 ...     float(blocks.norm(tree)), blocks.size(tree)
 (3.0, 3)
->>> with be.activate():
+>>> with backend.activate():
 ...     flat = bdl.random.normal(bdl.random.key(0), (3,))
 ...     split = blocks.normal_like(bdl.random.key(0), tree)
 ...     bool((blocks.join(split) == flat).all())

@@ -112,11 +112,10 @@ def svrg_transition(backend, kernel, full_value_and_grad, period: int) -> Transi
     ``full_value_and_grad(position, batch)`` is the full-data potential and gradient. The
     anchor is refreshed before step t when t % ``period`` == 0 (t: the run's step number; the
     chain's own count where a caller gives none)."""
-    be = backend
 
     def init(key, position, data):
         _, grad = full_value_and_grad(position, Batch(data, None))
-        count = be.asarray(0, dtype="int")
+        count = backend.asarray(0, dtype="int")
         return {
             "kernel": kernel.init(position),
             "anchor": position,
@@ -135,7 +134,7 @@ def svrg_transition(backend, kernel, full_value_and_grad, period: int) -> Transi
         def keep(state):
             return state["anchor"], state["anchor_grad"]
 
-        anchor, anchor_grad = be.cond(t % period == 0, refresh, keep, state)
+        anchor, anchor_grad = backend.cond(t % period == 0, refresh, keep, state)
         inner, info = kernel.step(
             key, state["kernel"], AnchoredBatch(batch, anchor, anchor_grad), rate
         )

@@ -112,12 +112,12 @@ def run_native_mcmc(
 ):
     """Run the backend's NUTS (``config.method == "nuts"``) or HMC on a prepared model; return a
     Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default)."""
-    be, method = setup.backend, config.method
+    backend, method = setup.backend, config.method
     chain_method = config.chain_method
     if chain_method is None:  # side by side where they are split over devices
-        split = be.device_count > 1 and be.shard_mode == "chains"
+        split = backend.device_count > 1 and backend.shard_mode == "chains"
         chain_method = "vectorized" if split else "sequential"
-    density = ModelDensity(setup.bound, be, setup.layout, setup.params)
+    density = ModelDensity(setup.bound, backend, setup.layout, setup.params)
     settings = NativeSettings(
         method=method,
         num_warmup=num_warmup,
@@ -139,7 +139,7 @@ def run_native_mcmc(
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
     run = run_chains(
-        be,
+        backend,
         transition,
         positions[chains],
         seed,
@@ -168,11 +168,11 @@ def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings):
     """The backend's NUTS/HMC transition, from its program cache where the model has a key: it
     depends on the model and the sampler's settings, not on the number of draws, chains or the
     seed (``num_warmup`` is the adaptation's schedule; ``step_size`` the adaptation's start)."""
-    be = setup.backend
+    backend = setup.backend
 
     def build(key=None):
         potential = density.potential
-        made = be.native_transition(lambda flat, data: potential(flat, data), settings)
+        made = backend.native_transition(lambda flat, data: potential(flat, data), settings)
         return made._replace(key=key)
 
     model = setup.program_key()
@@ -189,7 +189,7 @@ def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings):
         repr(settings.step_size),
         settings.dense_mass,
     )
-    return programs(be).get(key, lambda: build(key))
+    return programs(backend).get(key, lambda: build(key))
 
 
 def _arviz_stats(infos: dict, method: str) -> dict:

@@ -196,10 +196,10 @@ class NativeSpec:
 
     def constrain(self, flat) -> dict:
         """Constrained site values from a flat unconstrained vector."""
-        be, layout = self.setup.backend, self.setup.layout
+        backend, layout = self.setup.backend, self.setup.layout
         out = {}
         for name, u in layout.unflatten(flat).items():
-            transform = be.biject_to(layout.sites[name].native.support)
+            transform = backend.biject_to(layout.sites[name].native.support)
             out[name] = u if transform is None else transform(u)
         return out
 

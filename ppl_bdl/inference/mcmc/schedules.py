@@ -17,10 +17,10 @@ Example
 -------
 >>> import numpy as np, ppl_bdl as bdl
 >>> from ppl_bdl.inference.mcmc.schedules import make_schedule
->>> be = bdl.backends.get("numpyro")
->>> with be.activate():
+>>> backend = bdl.backends.get("numpyro")
+>>> with backend.activate():
 ...     schedule = make_schedule("cyclical", 0.1, num_steps=8, num_cycles=2)
-...     sizes = np.asarray(schedule(be.arange(8)), dtype=float)
+...     sizes = np.asarray(schedule(backend.arange(8)), dtype=float)
 >>> np.round(sizes, 4).tolist()
 [0.1, 0.0854, 0.05, 0.0146, 0.1, 0.0854, 0.05, 0.0146]
 """

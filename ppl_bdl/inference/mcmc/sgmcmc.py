@@ -234,7 +234,7 @@ def run_sgmcmc(
     >>> post.samples["mu"].shape
     (2, 200)
     """
-    be, name = setup.backend, config.entry.name
+    backend, name = setup.backend, config.entry.name
     plate = minibatch_plate(setup, config.batch_size)
     keep = config.keep(num_warmup, num_samples, thinning)
     num_steps = len(keep)
@@ -249,13 +249,13 @@ def run_sgmcmc(
     step_size = config.step_size
     if step_size is None:  # from every chain's start, whichever chains this run has
         step_size = choose_step_size(
-            be, transition, positions, data, batches, Rates(1.0, unit, unit_key), seed, name
+            backend, transition, positions, data, batches, Rates(1.0, unit, unit_key), seed, name
         )
     setup.settings["step_size"] = step_size
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
     run = run_chains(
-        be,
+        backend,
         transition,
         positions[chains],
         seed,
@@ -269,7 +269,9 @@ def run_sgmcmc(
     )
     if run.failure is not None:
         failed = run.failure.reason == "nonfinite"  # (Ctrl-C may land after the last step)
-        size = step_sizes(be, config, step_size, num_steps)[run.failure.step] if failed else None
+        size = (
+            step_sizes(backend, config, step_size, num_steps)[run.failure.step] if failed else None
+        )
         raise_failure(
             setup,
             run,
@@ -333,16 +335,16 @@ def sgmcmc_transition(
     ``emit`` joins the blocks into the flat row, once per kept step. Other kernels, and every
     kernel on eager torch (where per-block ops cost a dispatch each: 1.48x the hand-written
     SGHMC step at 8-50-1 against 1.03x flat), step the flat vector."""
-    be = setup.backend
+    backend = setup.backend
     period = None
     if config.control_variate is not None:  # checked before the model is traced
         period = anchor_period(config.anchor_period, plate, config.batch_size)
         setup.settings["anchor_period"] = period
-    data, _ = setup.bound.data_arrays(be)
+    data, _ = setup.bound.data_arrays(backend)
     key = transition_key(setup, config, plate, num_steps, period)
     if key is None:
         return _build_transition(setup, config, plate, num_steps, period), data
-    transition = programs(be).get(
+    transition = programs(backend).get(
         key, lambda: _build_transition(setup, config, plate, num_steps, period, key)
     )
     return transition, data
@@ -387,24 +389,24 @@ def _build_transition(
     key: Hashable | None = None,
 ) -> Transition:
     """The transition of :func:`sgmcmc_transition`, built (its model traced on torch)."""
-    be = setup.backend
+    backend = setup.backend
     layout = setup.layout
-    blocks = config.entry.blocks and be.fuses_elementwise
-    density = ModelDensity(setup.bound, be, layout, setup.params)
+    blocks = config.entry.blocks and backend.fuses_elementwise
+    density = ModelDensity(setup.bound, backend, layout, setup.params)
     plate_name = plate[0] if plate else None
 
     def value_and_grad(position, batch: Batch):
         indices = None if batch.indices is None else {plate_name: batch.indices}
         return density.value_and_grad(position, batch.data, indices)
 
-    with be.scope(), be.activate():
-        example_idx = be.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
-        start = be.asarray(np.zeros(layout.dim))
-        start = layout.blocks(start, be) if blocks else start
+    with backend.scope(), backend.activate():
+        example_idx = backend.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
+        start = backend.asarray(np.zeros(layout.dim))
+        start = layout.blocks(start, backend) if blocks else start
         example = (start, Batch(density.data, example_idx))
-        traced = be.trace(value_and_grad, example)
+        traced = backend.trace(value_and_grad, example)
         if period is not None:  # the full data's gradient at the anchor, traced once more
-            full = be.trace(value_and_grad, (start, Batch(density.data, None)))
+            full = backend.trace(value_and_grad, (start, Batch(density.data, None)))
             traced = svrg_gradient(traced)
         kernel = build_kernel(
             config.entry,
@@ -414,7 +416,7 @@ def _build_transition(
             num_cycles=config.num_cycles,
         )
     if period is not None:
-        inner = svrg_transition(be, kernel, full, period)
+        inner = svrg_transition(backend, kernel, full, period)
     else:
         inner = Transition(
             lambda key, position, data: kernel.init(position),
@@ -426,10 +428,10 @@ def _build_transition(
         return inner._replace(key=key)
 
     def init(rng_key, position, data):
-        return inner.init(rng_key, layout.blocks(position, be), data)
+        return inner.init(rng_key, layout.blocks(position, backend), data)
 
     def emit(state):
-        return layout.join(inner.emit(state), be)
+        return layout.join(inner.emit(state), backend)
 
     return Transition(init, inner.step, emit, key)
 

@@ -230,8 +230,8 @@ def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
         run_opts.get("beta2"),
         run_opts.get("curvature"),
     )
-    be, plate, all_idx = setup.backend, None, None
-    example_idx = be.asarray(np.zeros(batch_size), "int") if minibatch else None
+    backend, plate, all_idx = setup.backend, None, None
+    example_idx = backend.asarray(np.zeros(batch_size), "int") if minibatch else None
     if minibatch:
         plate = minibatch[0]
     elif config.optimizer == "vogn" and config.curvature in PER_EXAMPLE:
@@ -244,13 +244,13 @@ def build_natural(run, optimizer: str, spec: Any, run_opts: dict) -> Transition:
                 "curvature='hessian'."
             )
         plate, size = minibatch_plate(setup, config.num_data)
-        all_idx = be.asarray(np.arange(size), "int")
+        all_idx = backend.asarray(np.arange(size), "int")
     labels = None
     if config.optimizer == "vogn" and config.curvature == "fisher":
         labels = SampledLabels.of(run.density, setup.trace, plate)
     return natural_transition(
         config,
-        be,
+        backend,
         potential,
         plate,
         kl,
@@ -286,17 +286,17 @@ def natural_transition(
     (per-example curvatures on full batches): every point of ``plate``, a full-batch step's batch.
     ``labels`` (curvature "fisher"): how the step draws its labels and reads U at them.
     """
-    be, m = backend, backend.math
+    m = backend.math
     dim = int(np.asarray(initial["loc"]).shape[0])
     lam_np, m0_np, const = _prior_terms(kl, dim)
     kind = _curvature_kind(config, labels)
-    gradients = _GradientSource(be, potential, plate, data, example_indices, all_indices)
-    with be.scope(), be.activate():
+    gradients = _GradientSource(backend, potential, plate, data, example_indices, all_indices)
+    with backend.scope(), backend.activate():
         estimate = _curvature_estimator(kind, gradients, dim, config, labels)
-        lam, m0 = be.asarray(lam_np), be.asarray(m0_np)
+        lam, m0 = backend.asarray(lam_np), backend.asarray(m0_np)
     average = _curvature_average(kind, config, m, lam)
     vogn, b1, n_data = config.optimizer == "vogn", config.beta1, float(config.num_data)
-    init = _initial_state(be, kind, config, initial, unpack, lam_np)
+    init = _initial_state(backend, kind, config, initial, unpack, lam_np)
 
     def step(key, state, batch, lr):
         if kind in PER_EXAMPLE and batch.indices is None:  # a full batch: each point's gradient
@@ -356,20 +356,20 @@ def _curvature_kind(config: NaturalConfig, labels: SampledLabels | None) -> str:
     return "fisher" if labels is not None else "ggn"
 
 
-def _initial_state(be, kind: str, config: NaturalConfig, initial, unpack, lam_np):
+def _initial_state(backend, kind: str, config: NaturalConfig, initial, unpack, lam_np):
     """The transition's ``init``: the guide's ``loc`` and ``rho`` at the fit's own start (the
     driver's position: the run's packed parameters), zero moments, and the initial precision
     s₀ (in ŝ's units): ŝ itself for "hessian", else the decaying pseudo-draw ``s0``."""
-    m, vogn, n_data = be.math, config.optimizer == "vogn", float(config.num_data)
+    m, vogn, n_data = backend.math, config.optimizer == "vogn", float(config.num_data)
 
     def init(key, position, data):
-        values = initial if unpack is None else unpack(np.asarray(be.to_numpy(position)))
+        values = initial if unpack is None else unpack(np.asarray(backend.to_numpy(position)))
         values = {k: np.asarray(values[k], dtype=float) for k in ("loc", "rho")}
         sigma0 = np.logaddexp(0.0, values["rho"])
         s0 = np.maximum(1.0 / sigma0**2 - lam_np, 0.0)
-        params = {k: be.asarray(v) for k, v in values.items()}
+        params = {k: backend.asarray(v) for k, v in values.items()}
         zeros = m.zeros_like(params["loc"])
-        s_init = be.asarray(s0 if vogn else s0 * n_data)
+        s_init = backend.asarray(s0 if vogn else s0 * n_data)
         if kind == "hessian":  # counted as one draw of weight 1 − β₂
             return {"params": params, "m": zeros, "s": s_init, "t": m.sum(zeros)}
         return {"params": params, "m": zeros, "s": zeros, "t": m.sum(zeros), "s0": s_init}
@@ -423,16 +423,16 @@ class _GradientSource:
 
     def batch_value_and_grad(self, num_thetas: int, dim: int, indices):
         """U summed over ``num_thetas`` draws of θ on a batch, and its gradient per θ, traced."""
-        be, m, potential, plate = self.backend, self.backend.math, self.potential, self.plate
+        backend, m, potential, plate = self.backend, self.backend.math, self.potential, self.plate
 
         def total(thetas, batch):
             indices = None if batch.indices is None else {plate: batch.indices}
             if thetas.shape[0] == 1:
                 return m.sum(potential(thetas[0], batch.data, indices, None))
-            return m.sum(be.vmap(lambda t: potential(t, batch.data, indices, None))(thetas))
+            return m.sum(backend.vmap(lambda t: potential(t, batch.data, indices, None))(thetas))
 
-        example = (be.asarray(np.zeros((num_thetas, dim))), Batch(self.data, indices))
-        return be.trace(be.value_and_grad(total), example)
+        example = (backend.asarray(np.zeros((num_thetas, dim))), Batch(self.data, indices))
+        return backend.trace(backend.value_and_grad(total), example)
 
 
 def _curvature_estimator(kind: str, source: _GradientSource, dim: int, config, labels):
@@ -450,20 +450,25 @@ def _curvature_estimator(kind: str, source: _GradientSource, dim: int, config, l
 def _ggn_estimator(source: _GradientSource, dim: int, n_data: float):
     """Curvature "ggn": the centred per-example squared gradients at the data, one draw of θ;
     their mean is the batch's ∇U."""
-    be, m, potential, plate = source.backend, source.backend.math, source.potential, source.plate
+    backend, m, potential, plate = (
+        source.backend,
+        source.backend.math,
+        source.potential,
+        source.plate,
+    )
 
     def one(theta, data, index):  # U at θ on one point (scaled N / 1)
         return potential(theta, data, {plate: m.reshape(index, (1,))}, None)
 
     # One point's gradient mapped over the batch's points and compiled (on torch one batched
     # graph of torch.func.vmap: 27x faster than a loop over yacht's 32 points).
-    zero = be.asarray(np.zeros(dim))
-    per_point = be.traced_vmap(
-        be.value_and_grad(one), (zero, source.data, source.points), in_axes=(None, None, 0)
+    zero = backend.asarray(np.zeros(dim))
+    per_point = backend.traced_vmap(
+        backend.value_and_grad(one), (zero, source.data, source.points), in_axes=(None, None, 0)
     )
 
     def estimate(key, loc, sigma, batch):
-        theta = loc + sigma * be.random.normal(key, (1, dim))
+        theta = loc + sigma * backend.random.normal(key, (1, dim))
         # U, ∇U on each point of the batch alone, shaped (M,), (M, d): their means are the
         # minibatch's U and ∇U.
         values, grads = per_point(theta[0], batch.data, batch.indices)
@@ -477,11 +482,11 @@ def _ggn_estimator(source: _GradientSource, dim: int, n_data: float):
 def _hessian_estimator(source: _GradientSource, dim: int, pairs: int):
     """Curvature "hessian": the batch's gradients at K antithetic pairs μ ± σ ⊙ ε_k, h from
     their differences (Price's theorem)."""
-    be, m = source.backend, source.backend.math
+    backend, m = source.backend, source.backend.math
     value_and_grad = source.batch_value_and_grad(2 * pairs, dim, source.example_indices)
 
     def estimate(key, loc, sigma, batch):
-        eps = be.random.normal(key, (pairs, dim))
+        eps = backend.random.normal(key, (pairs, dim))
         thetas = m.concatenate([loc + sigma * eps, loc - sigma * eps], axis=0)
         u_sum, grads = value_and_grad(thetas, batch)
         diff = grads[:pairs] - grads[pairs:]
@@ -495,26 +500,26 @@ def _fisher_estimator(source: _GradientSource, dim: int, n_data: float, labels: 
     """Curvature "fisher": the batch's ∇U at the data, and h from each point's gradient at
     labels drawn from the model at the same θ (positions in the batch pick each point's labels
     out of the batch's draw)."""
-    be, m, plate, points = source.backend, source.backend.math, source.plate, source.points
+    backend, m, plate, points = source.backend, source.backend.math, source.plate, source.points
     value_and_grad = source.batch_value_and_grad(1, dim, points)
-    zero = be.asarray(np.zeros(dim))
-    positions = be.asarray(np.arange(int(points.shape[0])), "int")
-    drawn = labels.density.simulate(zero, be.random.key(0), source.data, {plate: points})
+    zero = backend.asarray(np.zeros(dim))
+    positions = backend.asarray(np.arange(int(points.shape[0])), "int")
+    drawn = labels.density.simulate(zero, backend.random.key(0), source.data, {plate: points})
 
     def one_drawn(theta, data, index, position, drawn):
         observed = labels.point(drawn, position, m)
         one_point = {plate: m.reshape(index, (1,))}
         return labels.density.potential(theta, data, one_point, None, observed)
 
-    per_point_drawn = be.traced_vmap(
-        be.value_and_grad(one_drawn),
+    per_point_drawn = backend.traced_vmap(
+        backend.value_and_grad(one_drawn),
         (zero, source.data, points, positions, drawn),
         in_axes=(None, None, 0, 0, None),
     )
 
     def estimate(key, loc, sigma, batch):
-        key, label_key = be.random.split(key)
-        thetas = loc + sigma * be.random.normal(key, (1, dim))
+        key, label_key = backend.random.split(key)
+        thetas = loc + sigma * backend.random.normal(key, (1, dim))
         u_sum, grads = value_and_grad(thetas, batch)
         drawn = labels.density.simulate(thetas[0], label_key, batch.data, {plate: batch.indices})
         _, drawn_grads = per_point_drawn(thetas[0], batch.data, batch.indices, positions, drawn)
@@ -526,11 +531,11 @@ def _fisher_estimator(source: _GradientSource, dim: int, n_data: float, labels: 
 
 def _squared_gradient_estimator(source: _GradientSource, dim: int):
     """Vadam's h: the squared minibatch gradient of U at one draw of θ."""
-    be, m = source.backend, source.backend.math
+    backend, m = source.backend, source.backend.math
     value_and_grad = source.batch_value_and_grad(1, dim, source.example_indices)
 
     def estimate(key, loc, sigma, batch):
-        thetas = loc + sigma * be.random.normal(key, (1, dim))
+        thetas = loc + sigma * backend.random.normal(key, (1, dim))
         u_sum, grads = value_and_grad(thetas, batch)
         grad_u = m.mean(grads, axis=0)
         return u_sum / thetas.shape[0], grad_u, grad_u * grad_u

@@ -32,10 +32,10 @@ Example
 >>> from ppl_bdl.inference.vi.objectives_amortized import per_point_bound
 >>> from ppl_bdl.inference.vi.objectives import ObjectiveConfig
 >>> import numpy as np, ppl_bdl as bdl
->>> be = bdl.backends.get("numpyro")
->>> lw = be.asarray(np.log([[1.0, 2.0], [3.0, 2.0]]))   # K = 2 particles of 2 points
->>> with be.activate():
-...     iwae = per_point_bound(lw, ObjectiveConfig.build("iwae", num_particles=2), be.math)
+>>> backend = bdl.backends.get("numpyro")
+>>> lw = backend.asarray(np.log([[1.0, 2.0], [3.0, 2.0]]))   # K = 2 particles of 2 points
+>>> with backend.activate():
+...     iwae = per_point_bound(lw, ObjectiveConfig.build("iwae", num_particles=2), backend.math)
 >>> np.round(np.exp(np.asarray(iwae)), 3).tolist()   # the mean weight per point
 [2.0, 2.0]
 """
@@ -142,14 +142,14 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
     docstring) of an amortized guide, and the :class:`~ppl_bdl.trace.pointwise.PointDensity` it
     evaluates (its ``data`` are the arrays a step receives). ``noise`` is flat
     (``guide.noise_shape(K)``); ``model_params`` a :class:`~ppl_bdl.inference.vi.objectives.ModelParams`."""
-    be, m = guide.backend, guide.m
+    backend, m = guide.backend, guide.m
     K, N, size_g = config.num_particles, guide.size, guide.global_noise_size()
     kl = closed_form_kl(guide, config)
     path = config.gradient == "path"
     local = frozenset(n for n, _, _ in guide.local)
     density = PointDensity(
         guide.trace.bound,
-        be,
+        backend,
         guide.plate,
         local,
         guide.params,
@@ -181,10 +181,10 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
         )
         bound = per_point_bound(log_w, config, m)
         if kl is not None:  # KL[N(mu, sigma^2) || N(m, s^2)] per coordinate, summed per point
-            s = be.asarray(prior_scale)
-            diff, ratio = (loc - be.asarray(prior_loc)) / s, scale / s
+            s = backend.asarray(prior_scale)
+            diff, ratio = (loc - backend.asarray(prior_loc)) / s, scale / s
             terms = -m.log(ratio) + 0.5 * (ratio * ratio + diff * diff) - 0.5
-            bound = bound - m.sum(terms * be.asarray(analytic), axis=-1)
+            bound = bound - m.sum(terms * backend.asarray(analytic), axis=-1)
         return -(outside + (N / B) * m.sum(bound))
 
     return loss, density

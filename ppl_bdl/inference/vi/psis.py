@@ -53,20 +53,20 @@ def importance_log_weights(setup: Setup, post, num_draws: int = NUM_DRAWS, seed:
 def _of_guide(setup: Setup, fitted_params: dict, fitted, num_draws: int, seed: int):
     if fitted is None or fitted.name in ("delta", "amortized"):
         return None
-    be = setup.backend
+    backend = setup.backend
     theta = fitted.sample_unconstrained(num_draws, seed=seed)
     log_q = fitted.log_prob(theta)
-    with be.scope(), be.activate():
-        params = {k: be.asarray(v) for k, v in fitted_params.items()}
-        density = ModelDensity(setup.bound, be, setup.layout, params or setup.params)
+    with backend.scope(), backend.activate():
+        params = {k: backend.asarray(v) for k, v in fitted_params.items()}
+        density = ModelDensity(setup.bound, backend, setup.layout, params or setup.params)
         size = replay_chunk_size(setup, most=num_draws)
-        potential = be.jit(
-            be.vmap(lambda row, data: density.potential(row, data), in_axes=(0, None))
+        potential = backend.jit(
+            backend.vmap(lambda row, data: density.potential(row, data), in_axes=(0, None))
         )
         out = np.empty(num_draws)
         for start in range(0, num_draws, size):
             chunk = theta[start : start + size]
             real = len(chunk)
-            values = potential(be.asarray(pad_rows(chunk, size)), density.data)
-            out[start : start + real] = np.asarray(be.to_numpy(values), dtype=float)[:real]
+            values = potential(backend.asarray(pad_rows(chunk, size)), density.data)
+            out[start : start + real] = np.asarray(backend.to_numpy(values), dtype=float)[:real]
     return -out - np.asarray(log_q, dtype=float)

@@ -268,19 +268,19 @@ class VIRun:
         self.batch_size = run_opts.get("batch_size")
         local = frozenset(spec.sites) if amortized else frozenset()
         self.minibatch = minibatch_plate(setup, self.batch_size, local)
-        self.setup, be = setup, setup.backend
-        with be.scope(), be.activate():
+        self.setup, backend = setup, setup.backend
+        with backend.scope(), backend.activate():
             self._set_up_guide(spec, run_opts.get("init_loc", "median"), guide_opts)
             self.program_key = vi_transition_key(
                 setup, guide_opts, run_opts, opt_config, natural, seed
             )
             self.transition = cached_transition(
-                be,
+                backend,
                 self.program_key,
                 lambda: (
                     build_natural(self, optimizer, spec, run_opts)
                     if natural
-                    else self._transition(be.optimizer(opt_config))
+                    else self._transition(backend.optimizer(opt_config))
                 ),
             )
         self._set_up_fits(num_chains, options, opt_config)
@@ -319,7 +319,7 @@ class VIRun:
         """The guide, the model's ``param`` sites, the loss and the model's density, and the
         layout of the parameters they fit (``self.param_layout``) with their start at this
         run's seed (``self._initial``)."""
-        setup, be, seed = self.setup, self.setup.backend, self.seed
+        setup, backend, seed = self.setup, self.setup.backend, self.seed
         amortized = isinstance(spec, Amortized)
         self.guide = build_guide(
             setup,
@@ -332,7 +332,7 @@ class VIRun:
         )
         self.guide_settings = dict(guide_opts)
         model_sites = {n: r for n, r in setup.sites.items() if r.kind == "param"}
-        self.model_params = ModelParams(model_sites, be) if model_sites else None
+        self.model_params = ModelParams(model_sites, backend) if model_sites else None
         self.kl = None if amortized else analytic_kl_sites(setup, self.guide, self.objective)
         if amortized:  # per-point bounds (ppl_bdl.inference.vi.objectives_amortized)
             self.loss, self.density = make_amortized_loss(
@@ -340,11 +340,17 @@ class VIRun:
             )
         else:
             exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
-            self.density = ModelDensity(setup.bound, be, setup.layout, setup.params, exclude)
+            self.density = ModelDensity(setup.bound, backend, setup.layout, setup.params, exclude)
             plate = self.minibatch[0] if self.minibatch else None
             #: The loss (negative objective) ``loss(params, noise, batch)``.
             self.loss = make_loss(
-                self.guide, self._potential, self.objective, be, plate, self.kl, self.model_params
+                self.guide,
+                self._potential,
+                self.objective,
+                backend,
+                plate,
+                self.kl,
+                self.model_params,
             )
         shapes = dict(self.guide.param_layout.shapes)
         initial = self.guide.initial_params()
@@ -381,24 +387,24 @@ class VIRun:
 
     def _transition(self, optimizer) -> Transition:
         """The VI step: noise from the key, the objective's value_and_grad, the gated update."""
-        be, guide, particles = self.setup.backend, self.guide, self.objective.num_particles
+        backend, guide, particles = self.setup.backend, self.guide, self.objective.num_particles
         noise_shape = guide.noise_shape(particles)
-        m = be.math
+        m = backend.math
 
         def noise(key):
-            return key if noise_shape is None else be.random.normal(key, noise_shape)
+            return key if noise_shape is None else backend.random.normal(key, noise_shape)
 
-        example_idx = be.asarray(np.zeros(self.batch_size), "int") if self.minibatch else None
-        with be.scope(), be.activate():
-            params0 = {k: be.asarray(v) for k, v in self._initial.items()}
-            example = (params0, noise(be.random.key(0)), Batch(self.density.data, example_idx))
-            value_and_grad = be.value_and_grad(self.loss)
+        example_idx = backend.asarray(np.zeros(self.batch_size), "int") if self.minibatch else None
+        with backend.scope(), backend.activate():
+            params0 = {k: backend.asarray(v) for k, v in self._initial.items()}
+            example = (params0, noise(backend.random.key(0)), Batch(self.density.data, example_idx))
+            value_and_grad = backend.value_and_grad(self.loss)
             if noise_shape is not None:  # a guide that draws with the key itself is not traced
-                value_and_grad = be.trace(value_and_grad, example)
+                value_and_grad = backend.trace(value_and_grad, example)
 
         def init(key, position, data):
-            values = self.param_layout.unpack(be.to_numpy(position))
-            params = {k: be.asarray(values[k]) for k in self._initial}
+            values = self.param_layout.unpack(backend.to_numpy(position))
+            params = {k: backend.asarray(values[k]) for k in self._initial}
             return {"params": params, "optimizer": optimizer.init(params)}
 
         def step(key, state, batch, lr):
@@ -469,7 +475,7 @@ class VIRun:
         before the failed step, or at the end of the last finished chunk, is kept. ``chunk``:
         the compiled chunk's length (a shorter run then reuses the program of a longer one).
         """
-        be = self.setup.backend
+        backend = self.setup.backend
         if chunk is not None and chunk >= num_steps:
             plan = RunPlan(np.zeros(num_steps, bool), chunk, 0)
         else:
@@ -478,7 +484,7 @@ class VIRun:
         unit_key = None if self.program_key is None else ("vi lr", self.program_key)
         rates = Rates(scale if self.num_chains > 1 else float(scale[0]), self._unit, unit_key)
         run = run_chains(
-            be,
+            backend,
             self.transition,
             self.starts,
             self.seed + self._calls,
@@ -510,12 +516,12 @@ class VIRun:
     def _current(self, chain: int = 0) -> dict:
         """A host copy of fit ``chain``'s parameters now (a copy: torch's optimizer updates
         its tensors in place, and a NumPy view of them would follow)."""
-        be = self.setup.backend
-        with be.scope(), be.activate():
-            state = None if self.states is None else self._run.chain_state(be, chain)
+        backend = self.setup.backend
+        with backend.scope(), backend.activate():
+            state = None if self.states is None else self._run.chain_state(backend, chain)
             if state is None:  # not run yet (or, on a failure, never reached)
                 return self.param_layout.unpack(self.starts[chain])
-            return {k: np.array(be.to_numpy(v)) for k, v in state["params"].items()}
+            return {k: np.array(backend.to_numpy(v)) for k, v in state["params"].items()}
 
     def fitted_guide(self, params: dict | None = None, chain: int = 0) -> FittedGuide:
         """The guide at ``params`` (host arrays, e.g. the best ones), else fit ``chain``'s
@@ -529,8 +535,8 @@ class VIRun:
         arrays)."""
         if self.model_params is None:
             return dict(self.setup.params)
-        be = self.setup.backend
+        backend = self.setup.backend
         current = self._current() if params is None else params
-        params = {k: be.asarray(v) for k, v in current.items()}
-        with be.scope(), be.activate():
-            return self.model_params.constrained(params, be.math)
+        params = {k: backend.asarray(v) for k, v in current.items()}
+        with backend.scope(), backend.activate():
+            return self.model_params.constrained(params, backend.math)

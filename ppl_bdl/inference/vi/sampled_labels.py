@@ -15,13 +15,13 @@ Example
 ...     with bdl.plate("data", y.shape[0]):
 ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y, shape=(2,))
 >>> setup = prepare(pairs(np.zeros((5, 2))), "numpyro", "float32", 0)
->>> be = setup.backend
->>> labels = SampledLabels.of(ModelDensity(setup.bound, be, setup.layout), setup.trace, "data")
+>>> backend = setup.backend
+>>> labels = SampledLabels.of(ModelDensity(setup.bound, backend, setup.layout), setup.trace, "data")
 >>> labels.axes  # y's values are (points, 2): the plate indexes axis -2
 {'y': -2}
->>> with be.activate():
-...     drawn = labels.density.simulate(be.asarray([0.0]), be.random.key(0))
-...     tuple(drawn["y"].shape), tuple(labels.point(drawn, be.asarray(3), be.math)["y"].shape)
+>>> with backend.activate():
+...     drawn = labels.density.simulate(backend.asarray([0.0]), backend.random.key(0))
+...     tuple(drawn["y"].shape), tuple(labels.point(drawn, backend.asarray(3), backend.math)["y"].shape)
 ((5, 2), (1, 2))
 """
 

@@ -50,9 +50,9 @@ def csgld(
     >>> import ppl_bdl as bdl
     >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
     >>> kernel = bdl.kernels.get("csgld").factory(quadratic, num_steps=100, num_cycles=2)
-    >>> be = bdl.backends.get("numpyro")
-    >>> with be.activate():
-    ...     state = kernel.init(be.asarray([0.0]))
+    >>> backend = bdl.backends.get("numpyro")
+    >>> with backend.activate():
+    ...     state = kernel.init(backend.asarray([0.0]))
     ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.1)
     >>> float(info["exploring"])
     1.0
@@ -102,9 +102,9 @@ def csghmc(
     >>> import ppl_bdl as bdl
     >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
     >>> kernel = bdl.kernels.get("csghmc").factory(quadratic, num_steps=100, num_cycles=2)
-    >>> be = bdl.backends.get("numpyro")
-    >>> with be.activate():
-    ...     state = kernel.init(be.asarray([0.0]))
+    >>> backend = bdl.backends.get("numpyro")
+    >>> with backend.activate():
+    ...     state = kernel.init(backend.asarray([0.0]))
     ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.1)
     >>> sorted(info)
     ['exploring', 'grad_norm', 'kinetic_energy', 'potential', 'step_size']

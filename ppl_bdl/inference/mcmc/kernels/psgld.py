@@ -45,9 +45,9 @@ def psgld(
     >>> import ppl_bdl as bdl
     >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
     >>> kernel = bdl.kernels.get("psgld").factory(quadratic)
-    >>> be = bdl.backends.get("numpyro")
-    >>> with be.activate():
-    ...     state = kernel.init(be.asarray([1.0, -1.0]))
+    >>> backend = bdl.backends.get("numpyro")
+    >>> with backend.activate():
+    ...     state = kernel.init(backend.asarray([1.0, -1.0]))
     ...     state, info = kernel.step(bdl.random.key(0), state, None, 1e-3)
     >>> sorted(state)
     ['position', 'square_avg']

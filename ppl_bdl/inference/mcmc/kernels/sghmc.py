@@ -180,9 +180,9 @@ def sghmc(
     >>> import ppl_bdl as bdl
     >>> double_well = lambda x, batch: ((x**4 - 2 * x**2).sum(), 4 * x**3 - 4 * x)
     >>> kernel = bdl.kernels.get("sghmc").factory(double_well, friction=3.0)
-    >>> be = bdl.backends.get("numpyro")
-    >>> with be.activate():
-    ...     state = kernel.init(be.asarray([0.5]))
+    >>> backend = bdl.backends.get("numpyro")
+    >>> with backend.activate():
+    ...     state = kernel.init(backend.asarray([0.5]))
     ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.01)
     >>> sorted(info)
     ['grad_norm', 'kinetic_energy', 'potential', 'step_size']

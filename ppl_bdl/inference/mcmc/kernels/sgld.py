@@ -48,9 +48,9 @@ def sgld(value_and_grad: ValueAndGrad, temperature: float = 1.0) -> Kernel:
     >>> import ppl_bdl as bdl
     >>> quadratic = lambda x, batch: (0.5 * (x * x).sum(), x)
     >>> kernel = bdl.kernels.get("sgld").factory(quadratic, temperature=1.0)
-    >>> be = bdl.backends.get("numpyro")
-    >>> with be.activate():
-    ...     state = kernel.init(be.asarray([0.0, 0.0]))
+    >>> backend = bdl.backends.get("numpyro")
+    >>> with backend.activate():
+    ...     state = kernel.init(backend.asarray([0.0, 0.0]))
     ...     state, info = kernel.step(bdl.random.key(0), state, None, 0.01)
     >>> sorted(info)
     ['grad_norm', 'potential', 'step_size']

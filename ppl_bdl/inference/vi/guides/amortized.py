@@ -258,10 +258,10 @@ class AmortizedGuide(Guide):
     def sample(self, params: dict, key, num: int, mask=None):
         """``num`` draws of the whole flat vector: the global sites from their guide, every
         point's local sites from q(z_i | x_i); and their log q."""
-        m, be = self.m, self.backend
-        k_global, k_local = be.random.split(key)
-        loc, scale = self.encode_all(params, self.inputs(self.trace.bound.data_arrays(be)[0]))
-        eps = be.random.normal(k_local, (num,) + tuple(loc.shape))
+        m, backend = self.m, self.backend
+        k_global, k_local = backend.random.split(key)
+        loc, scale = self.encode_all(params, self.inputs(self.trace.bound.data_arrays(backend)[0]))
+        eps = backend.random.normal(k_local, (num,) + tuple(loc.shape))
         z = loc + scale * eps
         log_q = m.sum(m.reshape(-m.log(scale) - 0.5 * eps * eps, (num, -1)), axis=1)
         log_q = log_q - 0.5 * self.size * self.local_dim * LOG_2PI
@@ -273,9 +273,9 @@ class AmortizedGuide(Guide):
 
     def log_prob(self, params: dict, theta):
         """log q of flat vectors ``theta`` (n, D): the global guide's and every point's."""
-        m, be = self.m, self.backend
+        m, backend = self.m, self.backend
         n = int(theta.shape[0])
-        loc, scale = self.encode_all(params, self.inputs(self.trace.bound.data_arrays(be)[0]))
+        loc, scale = self.encode_all(params, self.inputs(self.trace.bound.data_arrays(backend)[0]))
         slots = {s.name: s for s in self.layout.slots}
         parts = [
             m.reshape(
@@ -289,7 +289,7 @@ class AmortizedGuide(Guide):
         out = m.sum(m.reshape(-m.log(scale) - 0.5 * u * u, (n, -1)), axis=1)
         out = out - 0.5 * self.size * self.local_dim * LOG_2PI
         if self.global_guide is not None:
-            index = be.asarray(self.global_index, "int")
+            index = backend.asarray(self.global_index, "int")
             out = out + self.global_guide.log_prob(self.split_params(params)[0], theta[:, index])
         return out
 
@@ -326,12 +326,12 @@ class AmortizedGuide(Guide):
         return parts[0] if len(parts) == 1 else m.concatenate(parts, axis=1)
 
     def _check_encoder(self) -> None:
-        be = self.backend
-        X = self.inputs(self.trace.bound.data_arrays(be)[0])
+        backend = self.backend
+        X = self.inputs(self.trace.bound.data_arrays(backend)[0])
         probe = X[: min(2, self.size)]
         want = (int(probe.shape[0]), 2 * self.local_dim)
-        with be.scope(), be.activate():
-            values = {k: be.asarray(v) for k, v in self._encoder_init.items()}
+        with backend.scope(), backend.activate():
+            values = {k: backend.asarray(v) for k, v in self._encoder_init.items()}
             try:
                 out = SampledNetwork(self.encoder, values)(probe)
             except ModelError as err:

@@ -73,11 +73,11 @@ class FittedAmortized(FittedGuide):
         """q(z | x) of the rows of ``X`` (n, *event, as the encoder's training input): each local
         site's (loc, scale), NumPy arrays shaped (n, *site shape of one point), in the site's
         unconstrained space (its own space for a real-valued site)."""
-        g, be = self.guide, self.guide.backend
+        g, backend = self.guide, self.guide.backend
         X = self._check_inputs(X)
-        with be.scope(), be.activate():
-            loc, scale = g.encode_all(g.unpack(be.asarray(self.phi)), be.asarray(X))
-            loc, scale = np.asarray(be.to_numpy(loc)), np.asarray(be.to_numpy(scale))
+        with backend.scope(), backend.activate():
+            loc, scale = g.encode_all(g.unpack(backend.asarray(self.phi)), backend.asarray(X))
+            loc, scale = np.asarray(backend.to_numpy(loc)), np.asarray(backend.to_numpy(scale))
         out, start = {}, 0
         for name, shape, size in g.local:
             cut = slice(start, start + size)
@@ -93,46 +93,46 @@ class FittedAmortized(FittedGuide):
         ``data``: new inputs for the encoder's argument (the model's other arguments as
         ``bound``, the fitted model, has them), or a bound model ``model(X_new, ...)``.
         ``params``: the model's fitted ``bdl.param`` values (``post.params``)."""
-        g, be = self.guide, self.guide.backend
+        g, backend = self.guide, self.guide.backend
         K = check_positive_int("num_particles", num_particles)
         if not isinstance(data, BoundModel):
             if isinstance(data, Model):
                 raise ConfigError(unbound_message(data))
             data = rebind(bound, g.input_name, self._check_inputs(data))
-        name, position = input_argument(data, be, g.input_name, _rows(data, g.input_name))
+        name, position = input_argument(data, backend, g.input_name, _rows(data, g.input_name))
         n = _rows(data, name)
-        trace_model(data, be)  # a validating run: clear errors for data that does not fit
+        trace_model(data, backend)  # a validating run: clear errors for data that does not fit
         d, size_g = g.local_dim, g.global_noise_size()
         points = max(1, min(n, ROWS_PER_CALL // K))
-        with be.scope(), be.activate():
-            model_params = {k: be.asarray(v) for k, v in params.items()}
+        with backend.scope(), backend.activate():
+            model_params = {k: backend.asarray(v) for k, v in params.items()}
             local = frozenset(s for s, _, _ in g.local)
-            density = PointDensity(data, be, g.plate, local, model_params)
-            phi = g.unpack(be.asarray(self.phi))
+            density = PointDensity(data, backend, g.plate, local, model_params)
+            phi = g.unpack(backend.asarray(self.phi))
 
             def chunk(phi, key, arrays, idx):
                 x = arrays[position]
                 if g.global_guide is None:
-                    eps = be.random.normal(key, (K, points, d))
-                    noise = be.math.zeros((0,))
+                    eps = backend.random.normal(key, (K, points, d))
+                    noise = backend.math.zeros((0,))
                     return point_log_weights(g, density, phi, noise, eps, x, arrays, idx)[1]
-                k_global, k_local = be.random.split(key)
-                noise = be.random.normal(k_global, (K, size_g))
-                eps = be.random.normal(k_local, (K, 1, points, d))
+                k_global, k_local = backend.random.split(key)
+                noise = backend.random.normal(k_global, (K, size_g))
+                eps = backend.random.normal(k_local, (K, 1, points, d))
 
                 def particle(noise_k, eps_k):
                     return point_log_weights(g, density, phi, noise_k, eps_k, x, arrays, idx)[1][0]
 
-                return be.vmap(particle)(noise, eps)
+                return backend.vmap(particle)(noise, eps)
 
-            run = be.jit(chunk)
-            keys = be.random.keys(be.random.key(seed), -(-n // points))
+            run = backend.jit(chunk)
+            keys = backend.random.keys(backend.random.key(seed), -(-n // points))
             parts = []
             for c, start in enumerate(range(0, n, points)):
                 real = min(points, n - start)
                 idx = np.minimum(np.arange(start, start + points), n - 1)  # the last chunk padded
-                lw = run(phi, keys[c], density.data, be.asarray(idx, "int"))
-                parts.append(np.asarray(be.to_numpy(lw), dtype=float)[:, :real])
+                lw = run(phi, keys[c], density.data, backend.asarray(idx, "int"))
+                parts.append(np.asarray(backend.to_numpy(lw), dtype=float)[:, :real])
         log_w = np.concatenate(parts, axis=1)  # (K, n)
         top = log_w.max(axis=0)
         lse = top + np.log(np.sum(np.exp(log_w - top), axis=0))

@@ -210,11 +210,11 @@ class FittedGuide:
 
     def sample_unconstrained(self, n: int, seed: int = 0) -> np.ndarray:
         """``n`` draws of the flat unconstrained vector, shaped (n, d)."""
-        be = self.guide.backend
-        with be.scope(), be.activate():
-            phi = self.guide.unpack(be.asarray(self.phi))
-            theta, _ = self.guide.sample(phi, be.random.key(seed), n)
-            return np.asarray(be.to_numpy(theta))
+        backend = self.guide.backend
+        with backend.scope(), backend.activate():
+            phi = self.guide.unpack(backend.asarray(self.phi))
+            theta, _ = self.guide.sample(phi, backend.random.key(seed), n)
+            return np.asarray(backend.to_numpy(theta))
 
     def sample(self, n: int, seed: int = 0) -> dict[str, np.ndarray]:
         """``n`` constrained draws of every latent site, shaped (n, *site_shape)."""
@@ -223,12 +223,12 @@ class FittedGuide:
     def log_prob(self, values: dict[str, Any] | np.ndarray) -> np.ndarray:
         """log q of constrained site values (dict of arrays with a leading draw axis), or of flat
         unconstrained vectors shaped (n, d) (then the density of θ itself)."""
-        be, layout = self.guide.backend, self.guide.layout
-        with be.scope(), be.activate():
-            phi = self.guide.unpack(be.asarray(self.phi))
+        backend, layout = self.guide.backend, self.guide.layout
+        with backend.scope(), backend.activate():
+            phi = self.guide.unpack(backend.asarray(self.phi))
             if not isinstance(values, dict):
-                theta = be.asarray(np.atleast_2d(np.asarray(values, dtype=float)))
-                return np.asarray(be.to_numpy(self.guide.log_prob(phi, theta)))
+                theta = backend.asarray(np.atleast_2d(np.asarray(values, dtype=float)))
+                return np.asarray(backend.to_numpy(self.guide.log_prob(phi, theta)))
             missing = set(layout.names) - set(values)
             if missing:
                 raise ConfigError(
@@ -238,17 +238,19 @@ class FittedGuide:
             parts, log_det = [], 0.0
             n = None
             for slot in layout.slots:
-                x = be.asarray(np.asarray(values[slot.name], dtype=float))
+                x = backend.asarray(np.asarray(values[slot.name], dtype=float))
                 n = x.shape[0] if x.ndim > len(slot.shape) else 1
                 x = x.reshape((n,) + slot.shape)
-                transform = be.biject_to(layout.sites[slot.name].native.support)
+                transform = backend.biject_to(layout.sites[slot.name].native.support)
                 u = x if transform is None else transform.inv(x)
                 if transform is not None:
                     ladj = transform.log_abs_det_jacobian(u, x)
-                    log_det = log_det + be.math.sum(be.math.reshape(ladj, (n, -1)), axis=1)
-                parts.append(be.math.reshape(u, (n, -1)))
-            theta = be.math.concatenate(parts, axis=1)
-            return np.asarray(be.to_numpy(self.guide.log_prob(phi, theta) - log_det))
+                    log_det = log_det + backend.math.sum(
+                        backend.math.reshape(ladj, (n, -1)), axis=1
+                    )
+                parts.append(backend.math.reshape(u, (n, -1)))
+            theta = backend.math.concatenate(parts, axis=1)
+            return np.asarray(backend.to_numpy(self.guide.log_prob(phi, theta) - log_det))
 
     def encode(self, X):
         """q(z | x) of new points: an amortized guide's (:mod:`ppl_bdl.inference.vi.guides.amortized`)."""

@@ -58,10 +58,10 @@ class _GuideRunner(Evaluator):
     """Evaluate a guide: latent sites get reparameterised draws, log q accumulates."""
 
     def _draw(self, msg, native, shape, observed_site):
-        be = self.backend
-        self.key, sub = be.random.split(self.key)
-        full = be.expand(native, shape.batch + shape.extra, 0)
-        return be.random.draw(sub, full, reparameterized=True)
+        backend = self.backend
+        self.key, sub = backend.random.split(self.key)
+        full = backend.expand(native, shape.batch + shape.extra, 0)
+        return backend.random.draw(sub, full, reparameterized=True)
 
 
 class CustomGuide(Guide):
