@@ -188,11 +188,11 @@ def test_ensemble_settings_are_checked():
     bound = bnn.make_bnn_regression(hidden=(4,))(X, y)
     for options, match in [
         ({"num_chains": 4}, "num_members"),
-        ({"num_samples": 10}, "num_samples: does not apply"),
+        ({"num_samples": 10}, "num_samples=10 does not apply to method='ensemble'"),
         ({"num_warmup": 10}, "num_warmup"),
         ({"num_members": 0}, "num_members must be an int >= 1"),
         ({"anchored": "yes"}, "anchored must be True, False or a non-empty list"),
-        ({"step_size": 0.1}, r"unknown option\(s\) \['step_size'\]"),
+        ({"step_size": 0.1}, "unknown option 'step_size' for method='ensemble'"),
         ({"lr": -1.0}, "lr must be"),
         ({"schedule": "plateau"}, "schedule='plateau' does not apply"),
         ({"executor": "dask"}, "the one name an executor goes by is 'ray'"),

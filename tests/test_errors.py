@@ -150,7 +150,7 @@ def test_bad_fit_settings():
         _fit(simple(np.zeros(3)), num_samples=0)
     with pytest.raises(bdl.ConfigError, match="target_accept"):
         _fit(simple(np.zeros(3)), target_accept=1.5)
-    with pytest.raises(bdl.ConfigError, match="has no option"):
+    with pytest.raises(bdl.ConfigError, match="unknown option"):
         _fit(simple(np.zeros(3)), step_sise=0.1)
 
 

@@ -18,7 +18,7 @@ Example
 >>> bdl.NUTS(target_acept=0.9)
 Traceback (most recent call last):
 ...
-ppl_bdl.errors.ConfigError: NUTS has no option 'target_acept'; did you mean 'target_accept'? ...
+ppl_bdl.errors.ConfigError: unknown option 'target_acept' for method='nuts' (bdl.NUTS) (did you mean 'target_accept'?)...
 """
 
 from __future__ import annotations
@@ -145,11 +145,13 @@ def check_names(cls: type, given: dict[str, Any]) -> None:
     key = unknown[0]
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     hint = cls.hints.get(key)
-    text = f"{cls.__name__} has no option {key!r}"
+    method = f"method={cls.method_name!r} (bdl.{cls.__name__})" if cls.method_name else cls.__name__
     if hint:
-        text += f": {hint}"
-    elif close:
-        text += f" (did you mean {close[0]!r}?)"
+        text = f"{key}={given[key]!r} does not apply to {method}: {hint}"
+    else:
+        text = f"unknown option {key!r} for {method}"
+        if close:
+            text += f" (did you mean {close[0]!r}?)"
     if len(unknown) > 1:
         text += f" (nor {', '.join(repr(k) for k in unknown[1:])})"
     raise ConfigError(f"{text}. Its options: {', '.join(names)}.")
@@ -206,6 +208,13 @@ def check_number(
         ok = value > low if open_low else value >= low
     if ok and high is not None:
         ok = value < high if open_high else value <= high
+    if not ok and high is None and low is not None:
+        bound = f"> {low:g}" if open_low else f">= {low:g}"
+        raise ConfigError(
+            f"{_where(method, name, value)}: {name} must be a number {bound}"
+            + (" or None" if optional else "")
+            + "."
+        )
     if not ok:
         left = "(" if open_low else "["
         right = ")" if open_high else "]"
