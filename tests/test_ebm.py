@@ -107,6 +107,7 @@ def moment_errors(x: np.ndarray, X: np.ndarray) -> tuple[float, float]:
     return float(mean_err.max()), float(np.linalg.norm(np.cov(x.T) - cov_X) / np.linalg.norm(cov_X))
 
 
+@pytest.mark.slow_on("numpyro")  # the same check runs on Pyro by default (~2x its CPU on NumPyro)
 def test_mixture_samples_match_the_datas_means_and_covariance(backend):
     """A short fit (300 updates of K = 10 steps): the persistent chains, run on for 10 steps at
     the final θ, match the data's moments. The Monte Carlo error of 2000 draws of 1000 chains

@@ -207,6 +207,7 @@ def sgnht(value_and_grad, diffusion: float = 1.0) -> Kernel:
     return Kernel(init, step)
 
 
+@pytest.mark.slow_on("pyro")  # the same check runs on NumPyro by default
 def test_user_registered_kernel_runs_through_fit(backend):
     assert "sgnht" in bdl.kernels.available()
     X, y, mean, sd = _blr_data()
