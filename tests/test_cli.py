@@ -475,8 +475,9 @@ def test_demo_quick_writes_results(tmp_path, capsys):
     assert post.samples["theta"].shape[-1] == 8
     # Each fit's diagnostics report is echoed in its own words (the saved posterior keeps it).
     for name in ("bnn_regression", "eight_schools"):
-        report = bdl.load(out / f"{backend}_{name}.nc").diagnostics.report()
-        assert f"diagnostics of the nuts fit:\n{report}" in printed, (name, report)
+        saved = bdl.load(out / f"{backend}_{name}.nc")
+        report = saved.diagnostics.report()
+        assert f"diagnostics of the {saved.method} fit:\n{report}" in printed, (name, report)
 
 
 @pytest.mark.slow

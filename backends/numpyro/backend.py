@@ -85,7 +85,7 @@ class _Random:
     def __init__(self, backend: NumPyroBackend):
         self._be = backend
         # The written-out Threefry, or JAX's own functions (the same bits either way).
-        tricks = backend.cpu_tricks
+        tricks = getattr(backend, "cpu_tricks", True)  # a backend built on these pieces: on
         self._fold_in = fold_in if tricks else jax.random.fold_in
         self._normal = normal if tricks else _jax_normal
 

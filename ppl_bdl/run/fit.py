@@ -85,19 +85,16 @@ def fit(
         What is split over several devices: "chains" (the default) or "data" (each step's
         minibatch; needs ``batch_size`` divisible by the number of devices).
     progress : bool, optional
-        A progress bar with an ETA (default: on a terminal, off in CI).
+        A progress bar (default: on a terminal, off in CI).
     log_likelihood : bool
-        Keep the pointwise log-likelihood for ArviZ (LOO, WAIC), computed when first read.
+        Keep the pointwise log-likelihood for ArviZ (LOO, WAIC).
     strict : bool
-        After every fit the result is checked (:mod:`ppl_bdl.posterior.diagnostics`: R-hat,
-        ESS, divergences, tree depth, acceptance; VI's loss curve and Pareto k̂). The findings
-        are in ``post.diagnostics`` and are warned as one
-        :class:`~ppl_bdl.posterior.diagnostics.ConvergenceWarning`; ``strict=True`` raises
-        them as a :class:`~ppl_bdl.posterior.diagnostics.ConvergenceError` instead (the
-        posterior in ``error.partial``).
+        Every fit is checked (:mod:`ppl_bdl.posterior.diagnostics`); the findings are in
+        ``post.diagnostics`` and warned as one ``ConvergenceWarning``, or raised as a
+        ``ConvergenceError`` under ``strict=True`` (the posterior in ``error.partial``).
     chain_ids : list of int, optional
-        MCMC and ensembles: run just these chains (members); each chain's draws are those it
-        has in the whole run (a chain's draws depend on the seed and its number only).
+        MCMC and ensembles: run just these chains (members), each drawing what it draws in the
+        whole run.
     executor : "ray" | Executor, optional
         MCMC and ensembles: where the chains (members) run, in groups, merged into the
         posterior this process would give with the same seed: ``bdl.RayExecutor(...)`` on a
@@ -107,7 +104,7 @@ def fit(
         that did not finish, with what the run kept (finished chains and the stopped groups'
         draws) in ``error.partial``.
     **options
-        The method's options, when ``method`` is a name (see each method's class).
+        The method's options (see each method's class).
 
     Returns
     -------
@@ -170,7 +167,7 @@ def run_here(bound, method: Method, request: FitRequest, chain_ids):
     """Prepare the model on the request's backend and run the method in this process: the
     posterior (of ``chain_ids``) and the setup, before the checks."""
     setup = prepare(
-        bound, request.backend, request.precision, request.seed, request.device, request.shard
+        bound, request.backend, request.precision, request.seed, request.device, shard=request.shard
     )
     resolved = {"backend": setup.backend.name, "device": setup.backend.device}
     setup.settings.update({"method": method.name, **request.settings(), **method.settings()})

@@ -25,10 +25,10 @@ from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.method import Method, check_choice, check_int, check_number, option
 from ppl_bdl.inference.vi import guides
 from ppl_bdl.inference.vi.natural import CURVATURES, NATURAL_OPTIMIZERS
-from ppl_bdl.inference.vi.objectives import GRADIENTS, KL_MODES, OBJECTIVES
+from ppl_bdl.inference.vi.objectives import KL_MODES, OBJECTIVES
 from ppl_bdl.inference.vi.psis import importance_log_weights
 from ppl_bdl.inference.vi.runner import run_vi
-from ppl_bdl.optim import OPTIMIZERS, SCHEDULES
+from ppl_bdl.optim import OPTIMIZERS
 
 #: The fields that are the guide's own settings (passed to the guide's factory).
 GUIDE_SETTINGS = ("rank", "blocks", "num_layers", "hidden", "layer", "init_scale", "max_dim")
@@ -104,13 +104,11 @@ class VI(Method):
         check_int(self, "num_chains")
         check_choice(self, "objective", OBJECTIVES)
         check_choice(self, "kl", KL_MODES)
-        check_choice(self, "gradient", GRADIENTS)
         check_choice(self, "optimizer", OPTIMIZERS + NATURAL_OPTIMIZERS)
-        check_choice(self, "schedule", SCHEDULES, optional=True)
         check_choice(self, "curvature", CURVATURES, optional=True)
         for name in ("num_particles", "num_steps", "batch_size", "chunk_size", "rank"):
             check_int(self, name, optional=True)
-        for name in ("num_layers", "hidden", "max_dim", "plateau_cuts", "plateau_patience"):
+        for name in ("num_layers", "hidden", "max_dim"):
             check_int(self, name, optional=True)
         for name in ("lr", "clip_norm", "init_scale"):
             check_number(self, name, 0.0, optional=True)
