@@ -263,7 +263,10 @@ def test_a_list_of_one_device_is_that_device():
     backend = bdl.backends.get("numpyro", device=["cpu:0"])
     assert backend.device_count == 1 and backend.device == "cpu:0"
     tree = {"x": np.zeros((2, 1))}
-    assert backend.place(tree, 0) is tree
+    plain = bdl.backends.get("numpyro", device="cpu:0").place(tree, 0)
+    placed = backend.place(tree, 0)
+    np.testing.assert_array_equal(placed["x"], plain["x"])
+    assert placed["x"].devices() == plain["x"].devices()
 
 
 # -- torch ---------------------------------------------------------------------------------------
