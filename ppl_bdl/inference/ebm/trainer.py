@@ -98,8 +98,8 @@ def fit(
     ----------
     energy : ppl_bdl.dsl.nn.Module
         E_θ(x): a :mod:`ppl_bdl.dsl.nn` network or a lifted torch/equinox module (:func:`nn.lift`)
-        mapping (B, *event) to (B,) or (B, 1), started from one draw of its priors.
-    X : array (N, *event)
+        mapping ``(B, *event)`` to (B,) or (B, 1), started from one draw of its priors.
+    X : array ``(N, *event)``
         The data: N points (rows), e.g. (N, 2), or images (N, C, H, W).
     sampler, chain_steps : str, int
         The SG-MCMC kernel run on the inputs (``bdl.kernels.available()``; "sgld" is Eq. 3.7)
@@ -116,7 +116,7 @@ def fit(
         B, data points and chains per update; T, the updates.
     optimizer, lr, lr_schedule, clip_norm, energy_l2 : str, float, str, float, float
         The optimizer of θ ("adam" or "sgd"), its learning rate and schedule over the T updates
-        (:mod:`ppl_bdl.inference.optim`); the energy-magnitude regulariser's weight (0: as
+        (:mod:`ppl_bdl.optim`); the energy-magnitude regulariser's weight (0: as
         Algorithm 3 is written).
     backend, seed, precision, device, chunk_size, progress
         As for :func:`ppl_bdl.run.fit` ("numpyro" or "pyro"; same seed, same fit).
