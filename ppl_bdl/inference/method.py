@@ -117,7 +117,7 @@ class Method:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if _plain(value) and value != f.default:
+            if is_plain(value) and value != f.default:
                 out[f.name] = value
         return out
 
@@ -248,7 +248,7 @@ def check_bool(method: Method, name: str) -> None:
         raise ConfigError(f"{_where(method, name, value)}: {name} must be True or False.")
 
 
-def _plain(value: Any) -> bool:
+def is_plain(value: Any) -> bool:
     return value is None or isinstance(value, bool | int | float | str)
 
 

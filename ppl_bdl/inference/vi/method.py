@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.inference.method import Method, check_choice, check_int, check_number, option
+from ppl_bdl.inference.method import Method, check_choice, check_int, check_number, is_plain, option
 from ppl_bdl.inference.vi import guides
 from ppl_bdl.inference.vi.natural import CURVATURES, NATURAL_OPTIMIZERS
 from ppl_bdl.inference.vi.objectives import KL_MODES, OBJECTIVES
@@ -138,13 +138,14 @@ class VI(Method):
             )
 
     def run_options(self) -> dict[str, Any]:
-        """The options as :func:`~ppl_bdl.inference.vi.runner.run_vi` takes them (None: the
-        run's own default)."""
-        skip = {"num_samples", "num_chains", "guide_settings"}
+        """The options as :func:`~ppl_bdl.inference.vi.runner.run_vi` takes them: those set away
+        from their defaults (a default here is the run's own)."""
         options = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in skip and getattr(self, f.name) is not None
+            if f.name not in ("num_samples", "num_chains", "guide_settings")
+            and getattr(self, f.name) is not f.default
+            and not (is_plain(getattr(self, f.name)) and getattr(self, f.name) == f.default)
         }
         return {**options, **(self.guide_settings or {})}
 
