@@ -52,7 +52,6 @@ Example
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -470,10 +469,7 @@ class Ensemble(Method):
         return self.num_members
 
     def config(self) -> EnsembleConfig:
-        names = inspect.signature(EnsembleConfig.build).parameters
-        return EnsembleConfig.build(
-            **{k: getattr(self, k) for k in names if k != "unknown" and hasattr(self, k)}
-        )
+        return EnsembleConfig.build(**self.options_for(EnsembleConfig.build))
 
     def settings(self) -> dict:
         return {**self.given(), **self.config().settings()}

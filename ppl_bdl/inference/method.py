@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -120,6 +121,13 @@ class Method:
             if is_plain(value) and value != f.default:
                 out[f.name] = value
         return out
+
+    def options_for(self, builder, base: type | None = None) -> dict[str, Any]:
+        """The fields (of ``base``'s, when given) that ``builder`` takes as keywords: what a
+        method hands the config its run is built from."""
+        takes = inspect.signature(builder).parameters
+        names = [f.name for f in dataclasses.fields(base or self)]
+        return {n: getattr(self, n) for n in names if n in takes}
 
     def settings(self) -> dict[str, Any]:
         """What the fit saves in ``post.settings`` about the method."""

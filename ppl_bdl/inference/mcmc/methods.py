@@ -118,12 +118,7 @@ class _Native(ChainMethod):
         self.config()  # NativeConfig's checks
 
     def config(self) -> NativeConfig:
-        settings = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name in inspect.signature(NativeConfig.build).parameters
-        }
-        return NativeConfig.build(self.method_name, **settings)
+        return NativeConfig.build(self.method_name, **self.options_for(NativeConfig.build))
 
     def run(self, setup, *, seed: int, progress: bool, log_likelihood: bool, chain_ids):
         check_params(setup, self.name, self.hold_params)
@@ -230,12 +225,7 @@ class SGMCMCBase(ChainMethod):
         }
 
     def config(self) -> SGMCMCConfig:
-        accepted = inspect.signature(SGMCMCConfig.build).parameters
-        driver = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(SGMCMCBase)
-            if f.name in accepted
-        }
+        driver = self.options_for(SGMCMCConfig.build, SGMCMCBase)
         return SGMCMCConfig.build(self.name, **driver, **self.kernel_options())
 
     def run(self, setup, *, seed: int, progress: bool, log_likelihood: bool, chain_ids):
