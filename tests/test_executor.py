@@ -225,6 +225,8 @@ def _faulty(bound, group, options):
     be interrupted (``stall``: Ctrl-C ends it without draws; ``keep``: it keeps 15 draws, as a
     fit does); every other group's draws come back."""
     mode, marker = os.environ["FAULT"], Path(os.environ["FAULT_MARKER"])
+    if 2 in group and mode in ("stall", "keep"):
+        (marker.parent / "waiting").touch()  # started: a Ctrl-C now reaches the run
     if 2 in group and mode == "stall":
         time.sleep(300)  # the caller interrupts this process long before
     if 2 in group and mode == "keep":
@@ -294,8 +296,10 @@ def _ctrl_c_once_the_first_group_is_back(monkeypatch, tmp_path, mode: str):
         start(self)
         workers.append(self)
 
-    def sleep(seconds):  # Ctrl-C in the wait, once, when the first group's result is there
-        if not pressed and workers and workers[0].out.exists():
+    def sleep(seconds):  # Ctrl-C in the wait, once the first group's result is there and the
+        # second group's run waits (a worker still importing is stopped, its group cancelled)
+        waiting = (tmp_path / "waiting").exists()
+        if not pressed and waiting and workers and workers[0].out.exists():
             pressed.append(True)
             raise KeyboardInterrupt
         real_sleep(seconds)
