@@ -10,7 +10,8 @@ Example
 ...     sigma = bdl.sample("sigma", dist.HalfNormal(1.0))
 ...     with bdl.plate("data", X.shape[0]) as idx:
 ...         bdl.sample("y", dist.Normal(X[idx] @ w, sigma), obs=None if y is None else y[idx])
->>> X = np.random.default_rng(0).normal(size=(50, 2)); y = X @ np.array([1.0, -1.0])
+>>> rng = np.random.default_rng(0)
+>>> X = rng.normal(size=(50, 2)); y = X @ np.array([1.0, -1.0]) + 0.3 * rng.normal(size=50)
 >>> post = bdl.fit(linreg(X, y), backend="numpyro", method="nuts", num_warmup=200,
 ...                num_samples=200, num_chains=1, progress=False)
 >>> post.samples["w"].shape
