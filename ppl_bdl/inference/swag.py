@@ -45,11 +45,11 @@ Example
 >>> X, y = regression.sine_data()
 >>> model = bnn.make_bnn_regression(hidden=(10,))
 >>> post = bdl.fit(model(X, y), backend="numpyro", method="swag", num_steps=400, swa_start=200,
-...                collect_every=5, rank=10, lr=1e-3, num_samples=50, progress=False)
+...                collect_every=5, rank=10, lr=1e-4, num_samples=50, progress=False)
 >>> post.samples["net.0.weight"].shape          # one SWAG run: one chain of draws
 (1, 50, 1, 10)
 >>> post.guide.params["deviations"].shape       # (run, rank, unconstrained dimension)
-(1, 10, 31)
+(1, 10, 32)
 >>> post.guide.swa.samples["net.0.weight"].shape  # the SWA solution, one draw per run
 (1, 1, 1, 10)
 """
@@ -443,7 +443,7 @@ class SWAG(Method):
     rank: int = option(20, "K, the deviations kept (the covariance's low rank)")
     batch_size: int | None = option(None, "minibatch size (None: the full data)")
     optimizer: str = option("sgd", "'sgd' or 'adam'")
-    lr: float = option(1e-3, "the learning rate (U sums over the data: scale it as 1/N)")
+    lr: float = option(1e-4, "the learning rate (U sums over the data: scale it as 1/N)")
     momentum: float = option(0.9, "sgd's momentum")
     schedule: str = option("constant", "after swa_start: 'constant' or SWA's 'cyclical'")
     decay: float = option(0.1, "cyclical: the rate at a cycle's end, as a fraction of lr")
