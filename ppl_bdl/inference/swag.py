@@ -24,13 +24,13 @@ a :class:`~ppl_bdl.backend_protocol.Transition` of the one driver
 optimizer's state and the moments.
 
 ``schedule="cyclical"`` is SWA's cyclical rate (Izmailov, Podoprikhin, Garipov, Vetrov &
-Wilson 2018, Sec. 3.1): after ``swa_start`` each cycle of ``collect_every`` steps falls linearly
+Wilson 2018, Sec. 3): after ``swa_start`` each cycle of ``collect_every`` steps falls linearly
 from ``lr`` to ``decay × lr``, α(i) = (1 − t(i)) α₁ + t(i) α₂ with t(i) = (mod(i − 1, c) + 1)/c,
 and the iterate is collected at the cycle's end, where the rate is lowest; the burn-in runs at
 ``lr``. ``schedule="constant"`` keeps ``lr`` throughout.
 
 ``num_chains`` independent SWAG runs (each from its own start and minibatch order) are
-MultiSWAG (Wilson & Izmailov 2020, Sec. 3.3): the posterior is the equal mixture of the runs'
+MultiSWAG (Wilson & Izmailov 2020): the posterior is the equal mixture of the runs'
 Gaussians, ``num_samples`` draws from each run, one chain per run. The runs run side by side
 in one process (where the backend vectorises chains); an executor does not split them.
 
@@ -155,7 +155,7 @@ def collection_mask(m: Any, step: Any, swa_start: int, collect_every: int) -> An
 def cyclical_unit(swa_start: int, cycle: int, decay: float):
     """SWA's cyclical rate as a fraction of ``lr`` at a (traced) step t, written with
     :mod:`ppl_bdl.dsl.math`: 1 before ``swa_start``, then in each cycle of ``cycle`` steps
-    (1 − s) + s·``decay``, s = (mod(t − swa_start, c) + 1)/c (Izmailov et al. 2018, Sec. 3.1),
+    (1 − s) + s·``decay``, s = (mod(t − swa_start, c) + 1)/c (Izmailov et al. 2018, Sec. 3),
     ``decay`` at a cycle's last step, the collected one.
 
     Example
