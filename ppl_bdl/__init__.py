@@ -47,6 +47,7 @@ from ppl_bdl.inference.mcmc.methods import (
 )
 from ppl_bdl.inference.mcmc.native_kernel import native_kernel
 from ppl_bdl.inference.method import Method
+from ppl_bdl.inference.swag import SWAG
 from ppl_bdl.inference.vi.guides.custom import guide
 from ppl_bdl.inference.vi.method import VI
 from ppl_bdl.posterior.chains import merge_chains
@@ -73,6 +74,7 @@ __all__ = [
     "SGHMC",
     "SGLD",
     "SGMCMC",
+    "SWAG",
     "VI",
     "BackendError",
     "BoundModel",

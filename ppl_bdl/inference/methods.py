@@ -35,12 +35,25 @@ from ppl_bdl.inference.mcmc.methods import (
     kernel_method,
 )
 from ppl_bdl.inference.method import Method
+from ppl_bdl.inference.swag import SWAG
 from ppl_bdl.inference.vi.method import VI
 
 #: The methods with a class of their own, by the name ``fit(method=...)`` takes.
 METHODS: dict[str, type[Method]] = {
     cls.method_name: cls
-    for cls in (NUTS, HMC, SGLD, SGHMC, PSGLD, CyclicalSGLD, CyclicalSGHMC, VI, CAVI, Ensemble)
+    for cls in (
+        NUTS,
+        HMC,
+        SGLD,
+        SGHMC,
+        PSGLD,
+        CyclicalSGLD,
+        CyclicalSGHMC,
+        VI,
+        CAVI,
+        Ensemble,
+        SWAG,
+    )
 }
 
 __all__ = ["METHODS", "SGMCMC", "available", "method_class", "resolve_method"]
