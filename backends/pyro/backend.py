@@ -318,6 +318,15 @@ class PyroBackend(BackendBase):
             carry = body(i, carry)
         return carry
 
+    def scan(self, fn, init, xs, length):
+        # Eager: a step traced once and called T times costs more than the step's own ops
+        # (docs/benchmarks.md); the potential around the loop may still be traced whole.
+        carry, ys = init, []
+        for t in range(length):
+            carry, y = fn(carry, index_tree(xs, t))
+            ys.append(y)
+        return carry, stack_tree(ys)
+
     def cond(self, pred, true_fn, false_fn, operand):
         # The step runs in Python: the branch not taken is never computed.
         return true_fn(operand) if bool(pred) else false_fn(operand)
