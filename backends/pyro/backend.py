@@ -319,8 +319,9 @@ class PyroBackend(BackendBase):
         return carry
 
     def scan(self, fn, init, xs, length):
-        # Eager: a step traced once and called T times costs more than the step's own ops
-        # (docs/benchmarks.md); the potential around the loop may still be traced whole.
+        # Eager, once per step: torch traces the tensors a step closes over (the model's
+        # latents outside the loop) as constants, so a step traced once would lose their
+        # gradients. A trace of the whole potential (``trace``) still unrolls the loop.
         carry, ys = init, []
         for t in range(length):
             carry, y = fn(carry, index_tree(xs, t))

@@ -27,7 +27,7 @@ Example
 >>> ev = Evaluator(backend, values={"sigma": backend.asarray(1.0)}, record=True)
 >>> _ = walk(np.array([0.0, 1.0])).run_with(ev)
 >>> round(float(ev.log_joint), 4), ev.sites["y"].log_prob.shape
-(-3.0602, (2,))
+(-3.0637, (2,))
 """
 
 from __future__ import annotations
