@@ -242,6 +242,16 @@ class Autodiff(Protocol):
         ``num``), a plain loop elsewhere. For a loop inside a step (an EBM's Langevin chain)."""
         ...
 
+    def scan(self, fn: Callable, init: PyTree, xs: PyTree, length: int) -> tuple[PyTree, PyTree]:
+        """``lax.scan``'s contract for the core's own loops: ``fn(carry, x) -> (carry, y)`` over
+        the leading axis of ``xs`` (a pytree; None leaves kept), the ``y`` stacked along a new
+        leading axis. One loop in the compiled program on JAX (``lax.scan``: ``fn`` traced once,
+        however large ``length``); a Python loop elsewhere (NumPy leaves of ``xs`` sliced as
+        NumPy). Raises what ``fn`` raises (on JAX also where ``fn`` cannot be traced: Python
+        control flow on a traced value, a carry that changes type). The core runs ``bdl.scan``
+        with it (:meth:`~ppl_bdl.trace.interpreter.Evaluator.scan`)."""
+        ...
+
     def cond(self, pred: Any, true_fn: Callable, false_fn: Callable, operand: PyTree) -> PyTree:
         """``true_fn(operand)`` if ``pred`` (a scalar boolean) else ``false_fn(operand)``, only
         the branch taken computed (``lax.cond``; a Python ``if`` on torch). Both branches return

@@ -228,3 +228,215 @@ def test_stochastic_volatility_matches_a_native_numpyro_run():
         a, b = np.asarray(ours[name]), np.asarray(theirs[name])
         mcse = np.hypot(float(az.mcse(a)), float(az.mcse(b)))
         assert abs(a.mean() - b.mean()) < 4 * mcse, (name, a.mean(), b.mean(), mcse)
+
+
+# -- the compiled loop against the Python loop --------------------------------------------------
+@pytest.fixture
+def python_loop(monkeypatch):
+    """Run bdl.scan as the Python loop (the reference) inside the block."""
+    from contextlib import contextmanager
+
+    from ppl_bdl.trace.interpreter import Evaluator
+
+    @contextmanager
+    def block():
+        with monkeypatch.context() as patch:
+            patch.setattr(Evaluator, "compile_scan", False)
+            yield
+
+    return block
+
+
+def _density(bound, backend_name):
+    setup = prepare(bound, bdl.backends.get(backend_name), "float64", 0)
+    return ModelDensity(setup.bound, setup.backend, setup.layout, setup.params), setup
+
+
+def _value_and_grad(density, flat):
+    be = density.backend
+    with be.scope(), be.activate():
+        value, grad = density.value_and_grad(be.asarray(flat))
+        return float(be.to_numpy(value)), be.to_numpy(grad)
+
+
+SV_Y = timeseries.simulate_volatility(12, -1.0, 0.9, 0.3, seed=1)
+COMPILED_CASES = {"ar1": lambda: ar1(Y), "sv": lambda: timeseries.stochastic_volatility(SV_Y)}
+
+
+@pytest.mark.parametrize("case", sorted(COMPILED_CASES))
+def test_compiled_log_density_and_gradient_are_the_python_loops(backend, case, python_loop):
+    density, setup = _density(COMPILED_CASES[case](), backend)
+    flat = np.random.default_rng(3).normal(size=setup.layout.dim) * 0.5
+    value, grad = _value_and_grad(density, flat)
+    with python_loop():
+        expected_value, expected_grad = _value_and_grad(density, flat)
+    assert value == pytest.approx(expected_value, rel=1e-10)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-9, atol=1e-12)
+
+
+def _native_sv(y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as nd
+    from numpyro.contrib.control_flow import scan
+
+    mu = numpyro.sample("mu", nd.Cauchy(0.0, 10.0))
+    phi = numpyro.sample("phi", nd.Uniform(-1.0, 1.0))
+    sigma = numpyro.sample("sigma", nd.HalfCauchy(5.0))
+
+    def step(h_prev, t):
+        h_std = numpyro.sample("h_std", nd.Normal(0.0, 1.0))
+        scale = jnp.where(t == 0, sigma / jnp.sqrt(1.0 - phi**2), sigma)
+        h = mu + phi * (h_prev - mu) + scale * h_std
+        numpyro.sample("y", nd.Normal(0.0, jnp.exp(h / 2.0)), obs=y[t])
+        return h, None
+
+    scan(step, mu, jnp.arange(len(y)))
+
+
+def test_compiled_log_density_is_native_numpyros_scan():
+    import jax
+    from numpyro.infer.util import potential_energy
+
+    density, setup = _density(timeseries.stochastic_volatility(SV_Y), "numpyro")
+    flat = np.random.default_rng(4).normal(size=setup.layout.dim) * 0.5
+    value, grad = _value_and_grad(density, flat)
+    with setup.backend.scope():
+        sites = setup.layout.unflatten(setup.backend.asarray(flat), setup.backend)
+
+        def theirs(sites):
+            return potential_energy(_native_sv, (jax.numpy.asarray(SV_Y),), {}, sites)
+
+        their_value, their_grads = jax.value_and_grad(theirs)(sites)
+        their_grad = setup.layout.flatten(their_grads, setup.backend)
+    assert value == pytest.approx(float(their_value), rel=1e-10)
+    np.testing.assert_allclose(grad, np.asarray(their_grad), rtol=1e-9, atol=1e-12)
+
+
+STEP_CALLS = []
+
+
+@bdl.model
+def counted_ar1(y):
+    rho = bdl.sample("rho", dist.Uniform(-1.0, 1.0))
+    sigma = bdl.sample("sigma", dist.HalfNormal(1.0))
+
+    def step(prev, t):
+        STEP_CALLS.append(1)
+        bdl.sample("y", dist.Normal(rho * prev, sigma), obs=y[t])
+        return y[t], None
+
+    bdl.scan(step, y[0], np.arange(1, y.shape[0]))
+
+
+def test_the_log_density_traces_the_step_once():
+    import jax
+
+    y = timeseries.simulate_ar(1000, 0.0, [0.5], 0.3, seed=0)
+    STEP_CALLS.clear()
+    density, setup = _density(counted_ar1(y), "numpyro")
+    assert len(STEP_CALLS) <= 3  # the validating run: step 0 in Python, the loop, its bounds
+    STEP_CALLS.clear()
+    with setup.backend.scope(), setup.backend.activate():
+        jax.jit(density.value_and_grad).lower(setup.backend.asarray([0.1, -0.2]))
+    assert len(STEP_CALLS) == 1
+
+
+@bdl.model
+def branching_walk(y):
+    sigma = bdl.sample("sigma", dist.HalfNormal(1.0))
+
+    def step(prev, t):
+        # Python control flow on the step index: the step cannot be compiled.
+        loc = 0.0 if t == 0 else prev
+        bdl.sample("y", dist.Normal(loc, sigma), obs=y[t])
+        return y[t], None
+
+    bdl.scan(step, 0.0, np.arange(y.shape[0]))
+
+
+def test_a_step_that_cannot_be_compiled_runs_as_the_python_loop(backend):
+    y = np.array([0.2, -0.1, 0.4, 0.3])
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        density, _ = _density(branching_walk(y), backend)
+    fell_back = any("runs as a Python loop" in str(w.message) for w in caught)
+    assert fell_back == (backend == "numpyro")  # torch's loop is a Python loop: t stays NumPy
+    value, grad = _value_and_grad(density, [0.3])
+    sigma = np.exp(0.3)
+    expected = (
+        stats.halfnorm.logpdf(sigma)
+        + 0.3
+        + stats.norm.logpdf(y, np.concatenate([[0.0], y[:-1]]), sigma).sum()
+    )
+    assert -value == pytest.approx(expected, rel=1e-6)
+
+
+def test_pointwise_log_likelihood_is_the_python_loops(python_loop):
+    density, setup = _density(timeseries.stochastic_volatility(SV_Y), "numpyro")
+    flat = np.random.default_rng(5).normal(size=setup.layout.dim) * 0.5
+    with setup.backend.scope(), setup.backend.activate():
+        values, loglik = density.replay(setup.backend.asarray(flat))
+        with python_loop():
+            expected_values, expected_loglik = density.replay(setup.backend.asarray(flat))
+    assert loglik["y"].shape == (len(SV_Y),)
+    np.testing.assert_allclose(np.asarray(loglik["y"]), np.asarray(expected_loglik["y"]))
+    np.testing.assert_allclose(np.asarray(values["h"]), np.asarray(expected_values["h"]))
+
+
+@bdl.model
+def drifting_walk(y):
+    drift = bdl.sample("drift", dist.Normal(1.0, 1e-3))
+
+    def step(prev, t):
+        y_t = bdl.sample("y", dist.Normal(prev + drift, 1e-3), obs=y[t])
+        return y_t, None  # the carry is the draw when predicting
+
+    bdl.scan(step, 0.0, np.arange(y.shape[0]))
+
+
+def test_prediction_draws_each_step_from_the_step_before(backend):
+    """As the predictive runs a model: drawn observed sites, compiled; the carry is the draw."""
+    from ppl_bdl.trace.interpreter import Evaluator
+
+    be = bdl.backends.get(backend)
+    bound = drifting_walk(np.zeros(5))
+
+    def predict(drift, key):
+        ev = Evaluator(
+            be, values={"drift": drift}, key=key, predictive=True, missing="prior", record=True
+        )
+        bound.run_with(ev)
+        return ev.sites["y"].value, ev.sites["y"].native.mean
+
+    with be.scope(), be.activate():
+        draws, means = be.jit(predict)(be.asarray(2.0), be.random.key(0))
+    np.testing.assert_allclose(be.to_numpy(draws), 2.0 * np.arange(1.0, 6.0), atol=0.02)
+    np.testing.assert_allclose(be.to_numpy(means)[1:], be.to_numpy(draws)[:-1] + 2.0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_long_series_fits_under_nuts_and_vi_and_predicts():
+    """T = 10,000 steps: each fit compiles the step once (the Python loop would unroll it)."""
+    y = timeseries.simulate_volatility(10_000, -1.0, 0.9, 0.3, seed=2)
+    bound = timeseries.stochastic_volatility(y)
+    post = bdl.fit(
+        bound,
+        backend="numpyro",
+        seed=0,
+        progress=False,
+        num_warmup=10,
+        num_samples=5,
+        num_chains=1,
+        max_tree_depth=3,
+    )
+    assert post.samples["h_std"].shape == (1, 5, 10_000)
+    assert post.log_likelihood["y"].shape == (1, 5, 10_000)
+    pred = post.predict(bound, seed=1)
+    assert np.asarray(pred.draws["y"]).shape[-1] == 10_000
+    vi = bdl.fit(
+        bound, backend="numpyro", method="vi", num_steps=20, num_samples=5, seed=0, progress=False
+    )
+    assert vi.samples["h"].shape[-1] == 10_000

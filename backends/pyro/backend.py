@@ -318,6 +318,16 @@ class PyroBackend(BackendBase):
             carry = body(i, carry)
         return carry
 
+    def scan(self, fn, init, xs, length):
+        # Eager, once per step: torch traces the tensors a step closes over (the model's
+        # latents outside the loop) as constants, so a step traced once would lose their
+        # gradients. A trace of the whole potential (``trace``) still unrolls the loop.
+        carry, ys = init, []
+        for t in range(length):
+            carry, y = fn(carry, index_tree(xs, t))
+            ys.append(y)
+        return carry, stack_tree(ys)
+
     def cond(self, pred, true_fn, false_fn, operand):
         # The step runs in Python: the branch not taken is never computed.
         return true_fn(operand) if bool(pred) else false_fn(operand)

@@ -15,6 +15,7 @@ become a Python value (``if mu > 0:``). The evaluator itself keeps the backend's
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl.dsl.bound_data import foreign_library
-from ppl_bdl.dsl.control_flow import StackedNative, no_nesting, python_loop
+from ppl_bdl.dsl.control_flow import StackedNative, index_tree, no_nesting, python_loop
 from ppl_bdl.dsl.effects import Message, PlateFrame, Runtime
 from ppl_bdl.dsl.sites import SiteShape, site_shape
 from ppl_bdl.errors import DataError, DistributionError, ModelError
+from ppl_bdl.trace.compiled_scan import check_stacked_observations, run_compiled
 
 
 @dataclass
@@ -116,10 +118,12 @@ class Evaluator(Runtime):
         #: Every plate entered, by name: its size.
         self.plates_seen: dict[str, int] = {}
         self._names: set = set()
-        #: (scan name, step) while a step of ``bdl.scan`` runs; its sites are recorded per step
-        #: and stacked when the loop ends.
-        self._step: tuple[str, int] | None = None
-        self._step_records: dict[str, list[SiteRecord]] = {}
+        #: (scan name, step) while a step of ``bdl.scan`` runs (step None in a compiled loop);
+        #: its sites are recorded per step and stacked when the loop ends.
+        self._step: tuple[str, int | None] | None = None
+        self._step_records: dict[str, Any] = {}
+        #: In a compiled loop's step: the value tables' entries at this step, by table.
+        self._step_slices: dict | None = None
 
     # -- primitives -------------------------------------------------------------------------
     def run(self, msg: Message) -> None:
@@ -161,14 +165,14 @@ class Evaluator(Runtime):
             # needed, so skip building the native distribution (a closed-form KL handles it).
             self._refuse_subsampled_latent(msg)
             msg.value = backend.model_value(
-                self._given(self.unconstrained, msg.name), self.strict_values
+                self._given("unconstrained", msg.name), self.strict_values
             )
             return
         native = backend.distribution(spec)
         observed = msg.obs is not None and not self.predictive
         shape = site_shape(msg, native) if (self.record or self.validate) else None
         if observed:
-            value = self.observed.get(msg.name, msg.obs)
+            value = self._given("observed", msg.name) if msg.name in self.observed else msg.obs
             if self.validate:
                 value = self._check_obs(msg, value, shape)
             elif not backend.is_array(value):  # a Python number or NumPy constant in the model
@@ -176,7 +180,7 @@ class Evaluator(Runtime):
             value = backend.observed_value(spec, value)
         elif msg.name in self.unconstrained:
             self._refuse_subsampled_latent(msg)
-            u = self._given(self.unconstrained, msg.name)
+            u = self._given("unconstrained", msg.name)
             transform = backend.biject_to(native.support)
             if transform is None:
                 value = u
@@ -185,7 +189,7 @@ class Evaluator(Runtime):
                 self._add_log_density(msg, transform.log_abs_det_jacobian(u, value))
         elif msg.name in self.values:
             self._refuse_subsampled_latent(msg)
-            value = self._given(self.values, msg.name)
+            value = self._given("values", msg.name)
         else:
             value = self._draw(
                 msg, native, shape or site_shape(msg, native), observed_site=msg.obs is not None
@@ -246,10 +250,64 @@ class Evaluator(Runtime):
         yield self.backend.model_value(indices, self.strict_values)
 
     # -- loops ------------------------------------------------------------------------------
+    #: The sums a step adds to: kept per step by a compiled loop, added up after it.
+    accumulators: tuple[str, ...] = ("log_joint",)
+    #: Whether ``bdl.scan`` runs as one compiled loop where its step allows (False: always the
+    #: Python loop, the reference the compiled loop is tested against).
+    compile_scan: bool = True
+
     def scan(self, f, init, xs, length: int, name: str):
-        """``bdl.scan`` as a Python loop; each site is recorded per step, then stacked."""
+        """``bdl.scan`` as one compiled loop (:mod:`ppl_bdl.trace.compiled_scan`), else (the
+        step cannot be compiled) as a Python loop; each site is stacked over the steps.
+
+        A validating run checks the first step in Python with every check on, then runs the
+        loop compiled and checks every step's observed values at once."""
         with no_nesting(self._step is not None):
             pass
+        if not self.compile_scan:
+            return self._python_scan(f, init, xs, length, name)
+        saved = self._state()
+        if self.validate:  # the first step, with every check on
+            self._python_scan(f, init, index_tree(xs, slice(0, 1)), 1, name)
+            self._set_state(saved)
+        try:
+            if not self.validate:
+                return run_compiled(self, f, init, xs, length, name)
+            self.validate, self.strict_values = False, False
+            try:
+                out = run_compiled(self, f, init, xs, length, name)
+            finally:
+                self.validate, self.strict_values = True, saved["strict_values"]
+            check_stacked_observations(self)
+            return out
+        except Exception as err:  # noqa: BLE001 - any step the loop cannot run: the Python loop
+            self._set_state(saved)
+            out = self._python_scan(f, init, xs, length, name)
+            _warn_python_loop(name, err)
+            return out
+
+    def _state(self) -> dict:
+        """What a step changes, to start over from it when the compiled loop fails."""
+        state = {a: getattr(self, a) for a in self.accumulators}
+        state.update(
+            key=self.key,
+            strict_values=self.strict_values,
+            names=set(self._names),
+            sites=dict(self.sites),
+            plates_seen=dict(self.plates_seen),
+        )
+        return state
+
+    def _set_state(self, state: dict) -> None:
+        for a in self.accumulators:
+            setattr(self, a, state[a])
+        self.key, self.strict_values = state["key"], state["strict_values"]
+        self._names, self.sites = set(state["names"]), dict(state["sites"])
+        self.plates_seen = dict(state["plates_seen"])
+        self._step, self._step_slices, self._step_records = None, None, {}
+
+    def _python_scan(self, f, init, xs, length: int, name: str):
+        """``bdl.scan`` as a Python loop; each site is recorded per step, then stacked."""
         self._step_records = {}
 
         @contextmanager
@@ -261,6 +319,14 @@ class Evaluator(Runtime):
                 self._step = None
 
         carry, ys = python_loop(self.backend, f, init, xs, length, step)
+        self._close_step_names(name, length)
+        for site, records in self._step_records.items():
+            self.sites[site] = _stacked(self.backend, records, name)
+        self._step_records = {}
+        return carry, ys
+
+    def _close_step_names(self, name: str, length: int) -> None:
+        """The names of a loop's sites, per step, as one name each (checked: every step)."""
         counts: dict[str, int] = {}
         for key in [k for k in self._names if isinstance(k, tuple)]:
             self._names.discard(key)
@@ -277,14 +343,13 @@ class Evaluator(Runtime):
                     f"{name!r}: a site in a scan must be sampled at every step (one stacked site)."
                 )
             self._names.add(site)
-        for site, records in self._step_records.items():
-            self.sites[site] = _stacked(self.backend, records, name)
-        self._step_records = {}
-        return carry, ys
 
-    def _given(self, table: dict, name: str):
-        """``table[name]``, at the current step of a scan (values stacked over time)."""
-        value = table[name]
+    def _given(self, table: str, name: str):
+        """The value of site ``name`` in ``table`` ("unconstrained", "values" or "observed"), at
+        the current step of a scan (values stacked over time)."""
+        if self._step_slices is not None:
+            return self._step_slices[table][name]
+        value = getattr(self, table)[name]
         return value if self._step is None else value[self._step[1]]
 
     def _record(self, record: SiteRecord) -> None:
@@ -406,4 +471,16 @@ def _stacked(backend, records: list[SiteRecord], scan_name: str) -> SiteRecord:
         log_prob=stack("log_prob"),
         constraint=first.constraint,
         extra={"scan": scan_name, "steps": len(records), "step_shape": first.shape},
+    )
+
+
+def _warn_python_loop(name: str, err: BaseException) -> None:
+    reason = (str(err).strip().splitlines() or [""])[0][:200]
+    warnings.warn(
+        f"bdl.scan {name!r}: its step could not run as one compiled loop "
+        f"({type(err).__name__}: {reason}), so it runs as a Python loop, which a compiled log "
+        "density unrolls (slow to compile for long series). A step compiles when every step "
+        "samples the same sites and its Python code does not branch on values or on the step "
+        "index (use bdl.math.where), and the carry keeps its shape and dtype.",
+        stacklevel=2,
     )

@@ -41,6 +41,8 @@ class PointwiseEvaluator(Evaluator):
     ``plate`` per point of it (``log_point``, shape (B,), unscaled) and adds the others to
     ``log_joint`` as usual."""
 
+    accumulators = ("log_joint", "log_point")
+
     def __init__(self, backend, plate: str, **kwargs: Any):
         super().__init__(backend, **kwargs)
         self.point_plate = plate

@@ -94,6 +94,9 @@ class DelegateBackend(BackendBase):
     def fori_loop(self, num, body, init):
         return jax.lax.fori_loop(0, num, body, init)
 
+    def scan(self, fn, init, xs, length):
+        return jax.lax.scan(fn, init, xs, length=length)
+
     def cond(self, pred, true_fn, false_fn, operand):
         return jax.lax.cond(pred, true_fn, false_fn, operand)
 
