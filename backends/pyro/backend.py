@@ -269,7 +269,10 @@ class PyroBackend(BackendBase):
         return torch.func.grad(fn)
 
     def hessian(self, fn):
-        return torch.func.hessian(fn)
+        # Reverse over reverse: torch.func.hessian (forward over reverse) fails in matmul's
+        # backward under forward-mode AD on a BNN whose noise scale is latent (a float64
+        # cotangent meets float32 weights).
+        return torch.func.jacrev(torch.func.jacrev(fn))
 
     def jvp(self, fn, primals, tangents):
         return torch.func.jvp(fn, tuple(primals), tuple(tangents))

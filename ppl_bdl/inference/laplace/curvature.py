@@ -19,7 +19,7 @@ The potential is U(θ) = −log p(θ, D) − log|J| on the flat unconstrained ve
 
 ``hessian="full"`` builds the (d, d) matrix; ``"diag"`` its diagonal only, exactly, from
 Hessian-vector products of U (or G) with the unit vectors, ``chunk`` of them at once
-(forward-over-reverse: a ``jvp`` of the gradient): d products, memory of ``chunk`` gradients,
+(the gradient of ⟨∇U, v⟩): d products, memory of ``chunk`` gradients,
 never the (d, d) matrix. The data is read in chunks of ``batch_size`` points of the data plate
 where given: with the potential U_k of chunk k scaled by N / B_k (minibatch scaling),
 Σ_k (B_k / N) ∇²U_k = ∇²U exactly, so the result does not depend on the chunks.
@@ -64,8 +64,8 @@ OUTPUTS = {
 
 
 class OutputEvaluator(Evaluator):
-    """An :class:`Evaluator` whose observed sites take their outputs (``outputs``: site name ->
-    {parameter: value}) from the caller rather than from the model's code."""
+    """An :class:`Evaluator` whose likelihood sites take their outputs (``outputs``: site name
+    -> {parameter: value}) from the caller rather than from the model's code."""
 
     def __init__(self, backend, *, outputs: dict | None = None, **kwargs: Any):
         super().__init__(backend, **kwargs)
@@ -73,7 +73,7 @@ class OutputEvaluator(Evaluator):
 
     def _sample(self, msg) -> None:
         new = self.outputs.get(msg.name)
-        if new is not None and msg.obs is not None and not self.predictive:
+        if new is not None:
             spec = copy.copy(msg.fn)
             spec.params = {**spec.params, **new}
             msg.fn = spec
@@ -236,7 +236,7 @@ def curvature(
                 return fn(embed(part))
 
             part = (
-                backend.hessian(restricted)(start)
+                backend.jit(backend.hessian(restricted))(start)
                 if structure == "full"
                 else _diagonal(backend, restricted, start, chunk)
             )
@@ -247,12 +247,12 @@ def curvature(
 
 def _diagonal(backend, fn, point, chunk: int):
     """diag ∇²fn(point), exactly, from Hessian-vector products with the unit vectors, ``chunk``
-    at a time (forward-over-reverse)."""
+    at a time."""
     dim = int(point.shape[0])
     grad = backend.grad(fn)
 
-    def hvp(v):
-        return backend.jvp(grad, (point,), (v,))[1]
+    def hvp(v):  # reverse over reverse: ∇_x ⟨∇fn(x), v⟩
+        return backend.grad(lambda x: backend.math.sum(grad(x) * v))(point)
 
     products = backend.jit(backend.vmap(hvp))
     out = np.empty(dim)

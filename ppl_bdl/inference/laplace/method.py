@@ -130,7 +130,7 @@ class Laplace(Method):
         index, sites = gaussian_coordinates(setup, self.subset, self.hessian)
         mode, losses = find_mode(setup, self.config(), self.init, seed, progress)
         matrix = curvature(setup, mode, self.hessian, self.curvature, index, self.batch_size)
-        settings = {"sites": list(sites)}
+        settings = {"sites": list(sites), "latent": list(setup.layout.names)}
         if self.prior_precision == "marglik":
             from ppl_bdl.inference.laplace.marglik import rescale_prior
 
