@@ -234,3 +234,27 @@ def test_errors_name_what_is_missing(monkeypatch):
 
     with pytest.raises(ConfigError, match=r"\{'y': 'StudentT'\}.*curvature='hessian'"):
         _fit(robust(np.array(0.5)), num_steps=5)
+
+
+def test_marglik_prior_precision_meets_mackays_fixed_point():
+    post = _fit(
+        linear(X, Y),
+        num_steps=0,
+        init={"w": MEAN},
+        prior_precision="marglik",
+        precision="float64",
+    )
+    c = post.guide.settings["prior_precision_scale"]
+    lam = np.full(3, 1 / PRIOR**2)
+    precision = X.T @ X / NOISE**2 + c * np.diag(lam)
+    np.testing.assert_allclose(post.guide.precision, precision, rtol=1e-10)
+    # MacKay (1992): c = γ / Σ λ₀ θ*², γ = k − c tr(P⁻¹ Λ₀)
+    gamma = 3 - c * np.trace(np.linalg.solve(precision, np.diag(lam)))
+    assert c == pytest.approx(gamma / np.sum(lam * MEAN**2), rel=1e-5)
+
+    @bdl.model
+    def scale_only():
+        bdl.sample("s", dist.HalfNormal(1.0))
+
+    with pytest.raises(ConfigError, match="none of the Gaussian sites has one"):
+        _fit(scale_only(), num_steps=0, init={"s": 1.0}, prior_precision="marglik")

@@ -38,10 +38,22 @@ def glm_predictive(approx, bound, backend, sites, num_samples, seed, params) -> 
         )
     flat = approx.fit_draws() if num_samples is None else approx.sample(num_samples, seed + 1)
     data, template = bound.data_arrays(backend)
-    params = {k: backend.asarray(v) for k, v in params.items()}
+    key = ("laplace-glm", backend.name, backend.precision, backend.device, repr(template))
+    key += (tuple(layout.names), tuple(sorted(params)))
+    cache = bound.model.compiled
+    if key not in cache:
+        cache[key] = _linearised_run(bound, backend, layout, template)
+    arrays = (data, {k: backend.asarray(v) for k, v in params.items()})
+    return _in_chunks(backend, cache[key], flat, approx.mode, arrays, seed)
+
+
+def _linearised_run(bound, backend, layout, template):
+    """``one(theta, key, mode, (data, params))``: the predicted sites' draws and moments at
+    one draw θ, their outputs linearised at ``mode`` (θ*); vmapped over draws and compiled."""
     skip = dict.fromkeys(layout.names)
 
-    def run(theta, key, arrays, outputs=None, record=True):
+    def run(theta, key, arrays, outputs=None):
+        data, params = arrays
         ev = OutputEvaluator(
             backend,
             unconstrained=layout.unflatten(theta, backend),
@@ -49,10 +61,10 @@ def glm_predictive(approx, bound, backend, sites, num_samples, seed, params) -> 
             key=key,
             predictive=True,
             missing="prior",
-            record=record,
+            record=True,
             outputs=outputs,
         )
-        bound.run_with(ev, fill_data(template, arrays))
+        bound.run_with(ev, fill_data(template, data))
         return ev.sites
 
     def one(theta, key, mode, arrays):
@@ -62,7 +74,7 @@ def glm_predictive(approx, bound, backend, sites, num_samples, seed, params) -> 
         lin = {s: {k: fstar[s][k] + jv[s][k] for k in fstar[s]} for s in fstar}
         return draws_and_moments(run(theta, key, arrays, lin), skip)
 
-    return _in_chunks(backend, one, flat, approx.mode, data, seed)
+    return backend.jit(backend.vmap(one, in_axes=(0, 0, None, None)))
 
 
 def _outputs(sites: dict, skip: dict) -> dict:
@@ -78,21 +90,20 @@ def _outputs(sites: dict, skip: dict) -> dict:
     return out
 
 
-def _in_chunks(backend, one, flat: np.ndarray, mode: np.ndarray, data, seed: int):
-    """``one`` over the draws, compiled once, ``MAX_DRAWS_PER_CALL`` draws per call."""
+def _in_chunks(backend, compiled, flat: np.ndarray, mode: np.ndarray, arrays, seed: int):
+    """``compiled`` over the draws, ``MAX_DRAWS_PER_CALL`` draws per call."""
     total = len(flat)
     per_call = max(1, min(total, MAX_DRAWS_PER_CALL))
     draws: dict[str, list] = {}
     moments: dict[str, dict[str, list]] = {}
     with backend.scope(), backend.activate():
-        compiled = backend.jit(backend.vmap(one, in_axes=(0, 0, None, None)))
         anchor = backend.asarray(mode)
         for start in range(0, total, per_call):
             rows = flat[start : start + per_call]
             real = len(rows)
             rows = np.concatenate([rows, np.repeat(rows[-1:], per_call - real, axis=0)])
             keys = backend.random.keys(backend.random.key(seed + start), per_call)
-            d, m = compiled(backend.asarray(rows), keys, anchor, data)
+            d, m = compiled(backend.asarray(rows), keys, anchor, arrays)
             for k, v in d.items():
                 draws.setdefault(k, []).append(backend.to_numpy(v)[:real])
             for k, v in m.items():
