@@ -26,6 +26,7 @@ from typing import ClassVar
 import numpy as np
 
 from ppl_bdl.errors import InferenceError
+from ppl_bdl.inference.laplace.glm import glm_predictive
 
 
 @dataclass
@@ -92,8 +93,6 @@ class LaplaceApproximation:
     def glm_predictive(self, bound, backend, sites, num_samples, seed, params) -> tuple:
         """The linearised predictive's draws and moments (see
         :func:`ppl_bdl.inference.laplace.glm.glm_predictive`)."""
-        from ppl_bdl.inference.laplace.glm import glm_predictive
-
         return glm_predictive(self, bound, backend, sites, num_samples, seed, params)
 
 

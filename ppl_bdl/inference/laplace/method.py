@@ -52,6 +52,7 @@ from ppl_bdl.errors import ConfigError, ModelError
 from ppl_bdl.inference.ensemble import EnsembleConfig
 from ppl_bdl.inference.laplace.approximation import LaplaceApproximation, checked_precision
 from ppl_bdl.inference.laplace.curvature import curvature
+from ppl_bdl.inference.laplace.marglik import rescale_prior
 from ppl_bdl.inference.laplace.mode import find_mode
 from ppl_bdl.inference.method import (
     Method,
@@ -132,8 +133,6 @@ class Laplace(Method):
         matrix = curvature(setup, mode, self.hessian, self.curvature, index, self.batch_size)
         settings = {"sites": list(sites), "latent": list(setup.layout.names)}
         if self.prior_precision == "marglik":
-            from ppl_bdl.inference.laplace.marglik import rescale_prior
-
             matrix, settings["prior_precision_scale"] = rescale_prior(
                 setup, mode, matrix, self.hessian, index
             )
