@@ -245,6 +245,7 @@ def test_marglik_prior_precision_meets_mackays_fixed_point():
         precision="float64",
     )
     c = post.guide.settings["prior_precision_scale"]
+    assert post.settings["prior_precision_scale"] == c
     lam = np.full(3, 1 / PRIOR**2)
     precision = X.T @ X / NOISE**2 + c * np.diag(lam)
     np.testing.assert_allclose(post.guide.precision, precision, rtol=1e-10)

@@ -143,7 +143,9 @@ class Laplace(Method):
         approx = LaplaceApproximation(
             mode, index, precision, self.hessian, sites, settings, seed, self.num_samples
         )
-        setup.settings.update(laplace_sites=list(sites))
+        setup.settings["laplace_sites"] = list(sites)  # saved with the posterior
+        if "prior_precision_scale" in settings:
+            setup.settings["prior_precision_scale"] = settings["prior_precision_scale"]
         return build_posterior(
             setup,
             approx.fit_draws()[None],
