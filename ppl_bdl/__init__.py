@@ -35,6 +35,7 @@ from ppl_bdl.errors import (
 from ppl_bdl.inference import ebm
 from ppl_bdl.inference.cavi.method import CAVI
 from ppl_bdl.inference.ensemble import Ensemble
+from ppl_bdl.inference.laplace import Laplace
 from ppl_bdl.inference.mcmc.methods import (
     HMC,
     NUTS,
@@ -67,6 +68,7 @@ __all__ = [
     "CyclicalSGHMC",
     "CyclicalSGLD",
     "Ensemble",
+    "Laplace",
     "HMC",
     "Method",
     "NUTS",

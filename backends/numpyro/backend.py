@@ -296,6 +296,12 @@ class NumPyroBackend(BackendBase):
     def grad(self, fn):
         return jax.grad(fn)
 
+    def hessian(self, fn):
+        return jax.hessian(fn)
+
+    def jvp(self, fn, primals, tangents):
+        return jax.jvp(fn, tuple(primals), tuple(tangents))
+
     def vmap(self, fn, in_axes=0):
         return jax.vmap(fn, in_axes=in_axes)
 

@@ -268,6 +268,15 @@ class PyroBackend(BackendBase):
     def grad(self, fn):
         return torch.func.grad(fn)
 
+    def hessian(self, fn):
+        # Reverse over reverse: torch.func.hessian (forward over reverse) fails in matmul's
+        # backward under forward-mode AD on a BNN whose noise scale is latent (a float64
+        # cotangent meets float32 weights).
+        return torch.func.jacrev(torch.func.jacrev(fn))
+
+    def jvp(self, fn, primals, tangents):
+        return torch.func.jvp(fn, tuple(primals), tuple(tangents))
+
     def vmap(self, fn, in_axes=0):
         """``fn`` over the leading axis of the mapped arguments (``in_axes`` 0 or None each): one
         batched call of ``torch.func.vmap(fn)`` where ``fn`` allows it (tensors mapped, no random

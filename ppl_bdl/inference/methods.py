@@ -22,6 +22,7 @@ from typing import Any
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.cavi.method import CAVI
 from ppl_bdl.inference.ensemble import Ensemble
+from ppl_bdl.inference.laplace import Laplace
 from ppl_bdl.inference.mcmc.kernels import registry
 from ppl_bdl.inference.mcmc.methods import (
     HMC,
@@ -53,6 +54,7 @@ METHODS: dict[str, type[Method]] = {
         CAVI,
         Ensemble,
         SWAG,
+        Laplace,
     )
 }
 

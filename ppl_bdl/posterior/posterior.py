@@ -180,6 +180,7 @@ class Posterior:
         seed: int = 0,
         site: str | None = None,
         device: str | None = None,
+        pred_type: str = "nn",
     ):
         """Posterior predictive at new inputs: ``post.predict(model(X_new))``.
 
@@ -188,9 +189,17 @@ class Posterior:
         and epistemic parts, ``sd`` and central intervals (``pred.interval(0.9)``). The model is
         compiled once per shape of its inputs and run in
         chunks of draws and of points; ``device`` is where it runs (default: the backend's).
+        ``pred_type``: "nn" (the model run at each draw) or, for a Laplace fit, "glm" (the
+        model linearised at the MAP; Immer et al. 2021).
         """
         return posterior_predictive(
-            self, bound, num_samples=num_samples, seed=seed, site=site, device=device
+            self,
+            bound,
+            num_samples=num_samples,
+            seed=seed,
+            site=site,
+            device=device,
+            pred_type=pred_type,
         )
 
     def evaluate(

@@ -227,14 +227,18 @@ def posterior_predictive(
     seed: int = 0,
     site: str | None = None,
     device: str | None = None,
+    pred_type: str = "nn",
 ):
     """Draws of the sites ``bound`` predicts, one per posterior draw (or ``num_samples`` of them).
 
     The model's latent sites are taken from the posterior; a global latent site (outside every
     plate) that the posterior lacks is an error. Latent sites inside a plate that the posterior
-    lacks (new groups' effects, say) are drawn from their prior given the rest."""
+    lacks (new groups' effects, say) are drawn from their prior given the rest.
+    ``pred_type="glm"`` (a Laplace posterior's): the model linearised at the MAP
+    (:mod:`ppl_bdl.inference.laplace.glm`)."""
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
+    glm = _glm(posterior, pred_type)
     backend = get_backend(posterior.backend, precision=posterior.precision, device=device)
     # Validate the new inputs once ("uniform" draws also work for flat priors).
     sites = trace_model(bound, backend, seed=seed, missing="uniform")
@@ -250,6 +254,9 @@ def posterior_predictive(
             "does not have: predicting would draw them from their prior. Predict with the model "
             "the posterior was fitted to (same site names), or fit this model."
         )
+    if glm is not None:
+        draws, moments = glm(bound, backend, sites, num_samples, seed, posterior.params)
+        return _result(sites, draws, moments, site)
     latents = {k: v for k, v in posterior.samples.items() if k in posterior.latent_names}
     latents = {k: v for k, v in latents.items() if k in sites and _fits(sites[k], v)}
     flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in latents.items()}
@@ -265,6 +272,21 @@ def posterior_predictive(
     # Deterministics of the posterior are recomputed at the new inputs, not kept from training.
     draws, moments = run_predictive(bound, backend, flat, total, seed, posterior.params, sites)
     return _result(sites, draws, moments, site)
+
+
+def _glm(posterior, pred_type: str):
+    """The linearised predictive of ``posterior`` for ``pred_type="glm"``, None for "nn"."""
+    if pred_type not in ("nn", "glm"):
+        raise ConfigError(f"pred_type must be 'nn' or 'glm', got {pred_type!r}.")
+    glm = getattr(posterior.guide, "glm_predictive", None)
+    if pred_type == "glm" and glm is None:
+        raise ConfigError(
+            "pred_type='glm' linearises the model at a Laplace fit's MAP; this posterior "
+            f"(method {posterior.method or '?'!r}) has no Laplace approximation"
+            + (" (a loaded file keeps none: refit it)" if posterior.method == "laplace" else "")
+            + ". Fit with method='laplace', or predict with pred_type='nn'."
+        )
+    return glm if pred_type == "glm" else None
 
 
 def _fits(site, draws: np.ndarray) -> bool:
