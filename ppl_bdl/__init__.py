@@ -34,6 +34,7 @@ from ppl_bdl.errors import (
 from ppl_bdl.inference import ebm
 from ppl_bdl.inference.cavi.method import CAVI
 from ppl_bdl.inference.ensemble import Ensemble
+from ppl_bdl.inference.mc_dropout import MCDropout
 from ppl_bdl.inference.mcmc.methods import (
     HMC,
     NUTS,
@@ -66,6 +67,7 @@ __all__ = [
     "CyclicalSGLD",
     "Ensemble",
     "HMC",
+    "MCDropout",
     "Method",
     "NUTS",
     "PSGLD",

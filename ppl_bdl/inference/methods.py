@@ -22,6 +22,7 @@ from typing import Any
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.cavi.method import CAVI
 from ppl_bdl.inference.ensemble import Ensemble
+from ppl_bdl.inference.mc_dropout import MCDropout
 from ppl_bdl.inference.mcmc.kernels import registry
 from ppl_bdl.inference.mcmc.methods import (
     HMC,
@@ -40,7 +41,19 @@ from ppl_bdl.inference.vi.method import VI
 #: The methods with a class of their own, by the name ``fit(method=...)`` takes.
 METHODS: dict[str, type[Method]] = {
     cls.method_name: cls
-    for cls in (NUTS, HMC, SGLD, SGHMC, PSGLD, CyclicalSGLD, CyclicalSGHMC, VI, CAVI, Ensemble)
+    for cls in (
+        NUTS,
+        HMC,
+        SGLD,
+        SGHMC,
+        PSGLD,
+        CyclicalSGLD,
+        CyclicalSGHMC,
+        VI,
+        CAVI,
+        Ensemble,
+        MCDropout,
+    )
 }
 
 __all__ = ["METHODS", "SGMCMC", "available", "method_class", "resolve_method"]
