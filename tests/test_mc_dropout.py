@@ -129,21 +129,21 @@ def test_p_zero_is_exactly_the_map_of_the_model_without_dropout():
 
 # -- prediction ------------------------------------------------------------------------------
 def _masks_by_hand(backend: str, seed: int, width: int, layers: int) -> list[np.ndarray]:
-    """A draw's masks from its seed with the backend's own random numbers: uniforms u of the
-    layer's width from fold_in(key, i) (JAX) or the seeded generator in order (torch), m = [u ≥ p]
-    / (1 − p)."""
+    """A draw's masks from its seed with the backend's own random numbers: standard normals z
+    of the layer's width from fold_in(key, i) (JAX) or the seeded generator in order (torch),
+    m = [z ≥ Φ⁻¹(p)] / (1 − p)."""
     if backend == "numpyro":
         import jax
 
         key = jax.random.PRNGKey(seed)
         keys = [jax.random.fold_in(key, i) for i in range(layers)]
-        us = [np.asarray(jax.random.uniform(k, (width,))) for k in keys]
+        zs = [np.asarray(jax.random.normal(k, (width,))) for k in keys]
     else:
         import torch
 
         generator = torch.Generator().manual_seed(seed)
-        us = [torch.rand((width,), generator=generator).numpy() for _ in range(layers)]
-    return [(u >= P) / (1.0 - P) for u in us]
+        zs = [torch.randn((width,), generator=generator).numpy() for _ in range(layers)]
+    return [(z >= stats.norm.ppf(P)) / (1.0 - P) for z in zs]
 
 
 def _network_by_hand(post, draw: int, x: np.ndarray, masks) -> np.ndarray:

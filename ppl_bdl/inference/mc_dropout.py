@@ -5,9 +5,9 @@ Approximation: Representing Model Uncertainty in Deep Learning*, ICML 2016).
 optimizer minimises the model's potential U(θ) = −log p(θ, D) − log|J| (the likelihood
 minibatched and scaled by N/B, as an ensemble's member does, :mod:`ppl_bdl.inference.ensemble`),
 each step's network run with fresh masks, one per point of the minibatch and unit (inverted
-dropout: a unit kept with probability 1 − p is scaled by 1/(1 − p)). The masks' uniforms are
-drawn from the step's key (``fold_in`` per layer), so a run is reproducible from its seed; they
-are drawn outside the traced gradient and handed to it (the same pure potential on both
+dropout: a unit kept with probability 1 − p is scaled by 1/(1 − p)). The masks' noise is
+drawn from the step's key (``fold_in`` per layer), so a run is reproducible from its seed; it is
+drawn outside the traced gradient and handed to it (the same pure potential on both
 backends).
 
 **The weight decay is the prior.** Their dropout objective, Eq. (1), is
@@ -91,7 +91,7 @@ _SEED_STREAM = 0x6D63
 @dataclass(frozen=True)
 class DropoutSites:
     """The Dropout layers a model's run goes through: ``calls`` (path, p) in order, and the
-    shapes of the uniforms of those with p > 0 at the training step's input shapes."""
+    shapes of the noise of those with p > 0 at the training step's input shapes."""
 
     calls: list[tuple[str, float]]
     shapes: list[tuple[int, ...]]
@@ -123,7 +123,7 @@ def mc_dropout_transition(
     setup: Setup, config: EnsembleConfig, plate: tuple[str, int] | None
 ) -> tuple[Transition, list, DropoutSites]:
     """The training transition, the data's arrays its steps read, and the model's Dropout
-    layers. ``init``: the optimizer's state at the position; ``step``: fresh uniforms for every
+    layers. ``init``: the optimizer's state at the position; ``step``: fresh noise for every
     Dropout layer from the step's key, the potential's value and gradient with them on the
     minibatch, the optimizer's update at the step's rate (skipped where not finite); info
     ``loss`` and ``grad_norm``; ``emit``: the position."""
@@ -134,19 +134,19 @@ def mc_dropout_transition(
     optimizer = backend.optimizer(config.optimizer)
     m, random = backend.math, backend.random
 
-    def potential_and_grad(position, batch: Batch, uniforms):
+    def potential_and_grad(position, batch: Batch, noise):
         indices = None if batch.indices is None else {plate_name: batch.indices}
 
         def potential(flat):
-            active = ActiveDropout(backend, uniforms=uniforms)
+            active = ActiveDropout(backend, noise=noise)
             return density.potential(flat, batch.data, indices, dropout=active)
 
         return backend.value_and_grad(potential)(position)
 
     with backend.scope(), backend.activate():
         example_idx = backend.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
-        example_u = tuple(backend.asarray(np.full(s, 0.5)) for s in sites.shapes)
-        example = (backend.asarray(np.zeros(dim)), Batch(density.data, example_idx), example_u)
+        example_z = tuple(backend.asarray(np.zeros(s)) for s in sites.shapes)
+        example = (backend.asarray(np.zeros(dim)), Batch(density.data, example_idx), example_z)
         potential_and_grad = backend.trace(potential_and_grad, example)
 
     def init(key, position, data):
@@ -154,11 +154,10 @@ def mc_dropout_transition(
         return {"params": params, "optimizer": optimizer.init(params)}
 
     def step(key, state, batch, rate):
-        uniforms = tuple(
-            random.uniform(random.fold_in(key, i), shape, 0.0, 1.0)
-            for i, shape in enumerate(sites.shapes)
+        noise = tuple(
+            random.normal(random.fold_in(key, i), shape) for i, shape in enumerate(sites.shapes)
         )
-        loss, grad = potential_and_grad(state["params"]["theta"], batch, uniforms)
+        loss, grad = potential_and_grad(state["params"]["theta"], batch, noise)
         grad_norm = m.sqrt(m.sum(grad * grad))
         ok = m.isfinite(loss) & m.isfinite(grad_norm)
         params, opt_state = optimizer.update(
