@@ -10,7 +10,8 @@ Example
 ...     sigma = bdl.sample("sigma", dist.HalfNormal(1.0))
 ...     with bdl.plate("data", X.shape[0]) as idx:
 ...         bdl.sample("y", dist.Normal(X[idx] @ w, sigma), obs=None if y is None else y[idx])
->>> X = np.random.default_rng(0).normal(size=(50, 2)); y = X @ np.array([1.0, -1.0])
+>>> rng = np.random.default_rng(0)
+>>> X = rng.normal(size=(50, 2)); y = X @ np.array([1.0, -1.0]) + 0.3 * rng.normal(size=50)
 >>> post = bdl.fit(linreg(X, y), backend="numpyro", method="nuts", num_warmup=200,
 ...                num_samples=200, num_chains=1, progress=False)
 >>> post.samples["w"].shape
@@ -47,6 +48,7 @@ from ppl_bdl.inference.mcmc.methods import (
 )
 from ppl_bdl.inference.mcmc.native_kernel import native_kernel
 from ppl_bdl.inference.method import Method
+from ppl_bdl.inference.swag import SWAG
 from ppl_bdl.inference.vi.guides.custom import guide
 from ppl_bdl.inference.vi.method import VI
 from ppl_bdl.posterior.chains import merge_chains
@@ -74,6 +76,7 @@ __all__ = [
     "SGHMC",
     "SGLD",
     "SGMCMC",
+    "SWAG",
     "VI",
     "BackendError",
     "BoundModel",

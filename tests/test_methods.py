@@ -43,6 +43,7 @@ def test_every_method_has_a_class_and_a_name():
         "cavi",
         "ensemble",
         "mc_dropout",
+        "swag",
     }
     for name, cls in METHODS.items():
         method = cls()

@@ -36,6 +36,7 @@ from ppl_bdl.inference.mcmc.methods import (
     kernel_method,
 )
 from ppl_bdl.inference.method import Method
+from ppl_bdl.inference.swag import SWAG
 from ppl_bdl.inference.vi.method import VI
 
 #: The methods with a class of their own, by the name ``fit(method=...)`` takes.
@@ -53,6 +54,7 @@ METHODS: dict[str, type[Method]] = {
         CAVI,
         Ensemble,
         MCDropout,
+        SWAG,
     )
 }
 
