@@ -36,6 +36,7 @@ from ppl_bdl.inference import ebm
 from ppl_bdl.inference.cavi.method import CAVI
 from ppl_bdl.inference.ensemble import Ensemble
 from ppl_bdl.inference.laplace import Laplace
+from ppl_bdl.inference.mc_dropout import MCDropout
 from ppl_bdl.inference.mcmc.methods import (
     HMC,
     NUTS,
@@ -70,6 +71,7 @@ __all__ = [
     "Ensemble",
     "Laplace",
     "HMC",
+    "MCDropout",
     "Method",
     "NUTS",
     "PSGLD",

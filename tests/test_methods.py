@@ -42,6 +42,7 @@ def test_every_method_has_a_class_and_a_name():
         "vi",
         "cavi",
         "ensemble",
+        "mc_dropout",
         "swag",
         "laplace",
     }

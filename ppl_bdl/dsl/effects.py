@@ -178,6 +178,15 @@ def current_plates() -> list[PlateFrame]:
     return [h.frame for h in _STACK.get() if isinstance(h, PlateHandler)]
 
 
+def innermost_handler(kind: type) -> Handler | None:
+    """The innermost handler of class ``kind`` on the stack of the run in progress, or None
+    (how a layer reads a context a handler sets, such as active dropout)."""
+    for handler in reversed(_STACK.get()):
+        if isinstance(handler, kind):
+            return handler
+    return None
+
+
 def active_backend() -> Backend | None:
     """The backend of the model run or ``backend.activate()`` block in progress, or None."""
     return _BACKEND.get()

@@ -16,12 +16,14 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.bound_data import map_arrays, split_arrays, to_backend, to_host
+from ppl_bdl.dsl.effects import Handler
 from ppl_bdl.dsl.model_errors import (
     conversion_error,
     is_conversion_error,
@@ -111,9 +113,11 @@ class BoundModel:
         template = split_arrays((args, kwargs), backend.is_array, arrays)
         return arrays, template
 
-    def run_with(self, runtime, data: Any = None) -> Any:
+    def run_with(self, runtime, data: Any = None, handlers: Sequence[Handler] = ()) -> Any:
         """Run the model function under ``runtime`` (a :class:`~ppl_bdl.dsl.effects.Runtime`), on the
-        bound data or on ``data`` (``(args, kwargs)`` of the same structure).
+        bound data or on ``data`` (``(args, kwargs)`` of the same structure), with ``handlers``
+        entered above the runtime for the run (such as
+        :class:`~ppl_bdl.dsl.nn.dropout.ActiveDropout`).
 
         The model's code gets the data's arrays as the backend's ``model_value`` (arrays that
         mix with NumPy values on either side of an operator; in a validating run, ones that refuse
@@ -128,7 +132,9 @@ class BoundModel:
             data, backend.is_array, lambda a: backend.model_value(a, runtime.strict_values)
         )
         runtime.current_site = runtime.last_site = None
-        with runtime:
+        with runtime, contextlib.ExitStack() as stack:
+            for handler in handlers:
+                stack.enter_context(handler)
             try:
                 return self.model.fn(*args, **kwargs)
             except (TypeError, ValueError, RuntimeError, IndexError) as err:

@@ -23,6 +23,7 @@ from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.cavi.method import CAVI
 from ppl_bdl.inference.ensemble import Ensemble
 from ppl_bdl.inference.laplace import Laplace
+from ppl_bdl.inference.mc_dropout import MCDropout
 from ppl_bdl.inference.mcmc.kernels import registry
 from ppl_bdl.inference.mcmc.methods import (
     HMC,
@@ -53,6 +54,7 @@ METHODS: dict[str, type[Method]] = {
         VI,
         CAVI,
         Ensemble,
+        MCDropout,
         SWAG,
         Laplace,
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ppl_bdl.dsl.nn.dropout import DROPOUT_SEED as _SEED
 from ppl_bdl.inference.loop.programs import keyed, programs, structure_key
 from ppl_bdl.inference.setup import Setup
 from ppl_bdl.posterior.posterior import Posterior
@@ -28,7 +29,7 @@ class _Replayer:
         self.setup = setup
         self.density = ModelDensity(setup.bound, setup.backend, setup.layout, setup.params)
         self.chunk = replay_chunk_size(setup)
-        self._compiled: dict[bool, Any] = {}
+        self._compiled: dict[tuple[bool, bool], Any] = {}
         # Without the log-likelihood, only the latent and deterministic values are wanted: when
         # none of them sits in the data plate, the model runs on one point of it.
         one_point = setup.trace.one_point()
@@ -39,21 +40,29 @@ class _Replayer:
         self.values_batch = None if one_point is None or in_plate else one_point
 
     def __call__(
-        self, flat: np.ndarray, log_likelihood: bool, discrete: dict | None = None
+        self,
+        flat: np.ndarray,
+        log_likelihood: bool,
+        discrete: dict | None = None,
+        dropout_seeds: np.ndarray | None = None,
     ) -> tuple[dict, dict]:
         """Replay at flat draws (chain, draw, dim), with ``discrete`` values of the discrete
-        latent sites (chain, draw, ...) where the model has any."""
+        latent sites (chain, draw, ...) where the model has any, and each draw's mask seed
+        (chain, draw) where it has one (MC dropout)."""
         backend = self.setup.backend
         chains, draws, dim = flat.shape
         rows = flat.reshape(chains * draws, dim)
         discrete = {
             k: v.reshape((chains * draws,) + v.shape[2:]) for k, v in (discrete or {}).items()
         }
+        if dropout_seeds is not None:
+            discrete[_SEED] = np.asarray(dropout_seeds).reshape(chains * draws)
         size = min(self.chunk, len(rows))
         with backend.scope(), backend.activate():
-            if log_likelihood not in self._compiled:
-                self._compiled[log_likelihood] = self._program(log_likelihood)
-            replay = self._compiled[log_likelihood]
+            which = (log_likelihood, dropout_seeds is not None)
+            if which not in self._compiled:
+                self._compiled[which] = self._program(*which)
+            replay = self._compiled[which]
             # Each chunk is written into arrays of all the draws (no list of parts to join:
             # the draws are held once on the host, not twice).
             values_out: dict[str, np.ndarray] = {}
@@ -80,24 +89,27 @@ class _Replayer:
             {k: v.reshape((chains, draws) + v.shape[1:]) for k, v in loglik_out.items()},
         )
 
-    def _program(self, log_likelihood: bool):
+    def _program(self, log_likelihood: bool, seeded: bool = False):
         """The compiled replay, from the backend's program cache where the model has a key
-        (another fit of the same model reuses it: :mod:`ppl_bdl.inference.loop.programs`)."""
+        (another fit of the same model reuses it: :mod:`ppl_bdl.inference.loop.programs`).
+        ``seeded``: each draw has a mask seed (``disc[_SEED]``) for its Dropout layers."""
         backend, density = self.setup.backend, self.density
         batch = None
         if not log_likelihood and self.values_batch is not None:
             batch = {k: backend.asarray(v, "int") for k, v in self.values_batch.items()}
 
+        def one(row, disc, data):
+            seed = disc[_SEED] if seeded else None
+            values = {k: v for k, v in disc.items() if k != _SEED}
+            return density.replay(row, data, log_likelihood, batch, values, seed)
+
         def build():
-            return backend.jit(
-                backend.vmap(
-                    lambda row, disc, data: density.replay(row, data, log_likelihood, batch, disc),
-                    in_axes=(0, 0, None),
-                )
-            )
+            return backend.jit(backend.vmap(one, in_axes=(0, 0, None)))
 
         model = self.setup.program_key()
-        key = keyed(lambda: (model, log_likelihood, structure_key(self.values_batch)))
+        key = keyed(
+            lambda: (model, log_likelihood, structure_key(self.values_batch), "dropout" * seeded)
+        )
         if model is None or key is None:
             return build()
         return programs(backend).get(("replay",) + key, build)
@@ -122,16 +134,21 @@ class LazyLogLikelihood(Mapping):
     the first time a value is read (ArviZ export, LOO, WAIC), not at fit time."""
 
     def __init__(
-        self, replayer: _Replayer, flat: np.ndarray, names: list[str], discrete: dict | None = None
+        self,
+        replayer: _Replayer,
+        flat: np.ndarray,
+        names: list[str],
+        discrete: dict | None = None,
+        dropout_seeds: np.ndarray | None = None,
     ):
         self._replayer, self._flat, self._names = replayer, flat, list(names)
-        self._discrete = discrete
+        self._discrete, self._seeds = discrete, dropout_seeds
         self._values: dict[str, np.ndarray] | None = None
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._values is None:
-            self._values = self._replayer(self._flat, True, self._discrete)[1]
-            self._replayer = self._flat = self._discrete = None
+            self._values = self._replayer(self._flat, True, self._discrete, self._seeds)[1]
+            self._replayer = self._flat = self._discrete = self._seeds = None
         return self._values
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -157,20 +174,27 @@ def build_posterior(
     method: str,
     log_likelihood: bool = True,
     discrete: dict | None = None,
+    dropout_seeds: np.ndarray | None = None,
     **extra,
 ):
     """A :class:`Posterior` from flat unconstrained draws shaped (chain, draw, dim); the
     discrete latent sites' draws are ``discrete`` (chain, draw, ...) where given (CAVI's q(z)),
-    else drawn from p(z | θ, D)."""
+    else drawn from p(z | θ, D). ``dropout_seeds`` (chain, draw): each draw's mask seed (MC
+    dropout), kept as the sample statistic ``dropout_seed``; every replay of a draw (here, the
+    log-likelihood, ``post.predict``) runs the model's Dropout layers with its masks."""
     flat = np.asarray(flat)
     replayer = _Replayer(setup)
     if setup.layout.discrete and not discrete:  # one draw per draw: p(z | θ, D)
         discrete = posterior_draws(replayer.density, flat, setup.settings.get("seed", 0))
-    samples, _ = replayer(flat, False, discrete)
+    if dropout_seeds is not None:
+        sample_stats = {**sample_stats, _SEED: np.asarray(dropout_seeds)}
+    samples, _ = replayer(flat, False, discrete, dropout_seeds)
     samples.update(discrete or {})
     samples = {n: samples[n] for n in setup.sites if n in samples}  # the model's order
     observed = [n for n, s in setup.sites.items() if s.kind == "observed"]
-    loglik = LazyLogLikelihood(replayer, flat, observed, discrete) if log_likelihood else {}
+    loglik = {}
+    if log_likelihood:
+        loglik = LazyLogLikelihood(replayer, flat, observed, discrete, dropout_seeds)
     return Posterior(
         samples=samples,
         sample_stats=sample_stats,

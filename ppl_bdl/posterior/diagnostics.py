@@ -181,6 +181,8 @@ def check_fit(post, log_weights=None) -> Diagnostics:
         return Diagnostics(cavi_findings(post.settings, log_weights))
     if post.method == "ensemble":
         return Diagnostics(ensemble_findings(post.losses, post.settings.get("members")))
+    if post.method == "mc_dropout":  # one MAP fit's loss curve; its draws differ by masks only
+        return Diagnostics(ensemble_findings(post.losses))
     if post.method == "swag":  # independent draws from fitted Gaussians: no mixing to check
         return Diagnostics()
     findings = mcmc_findings(post)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.model import BoundModel, unbound_message
+from ppl_bdl.dsl.nn.dropout import DROPOUT_SEED
 from ppl_bdl.errors import ConfigError, ModelError
 from ppl_bdl.posterior import uncertainty as U
 from ppl_bdl.posterior.predictive_runner import CLASSIFIERS, run_predictive
@@ -260,6 +261,9 @@ def posterior_predictive(
     latents = {k: v for k, v in posterior.samples.items() if k in posterior.latent_names}
     latents = {k: v for k, v in latents.items() if k in sites and _fits(sites[k], v)}
     flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in latents.items()}
+    seeds = posterior.sample_stats.get(DROPOUT_SEED)  # MC dropout: a draw is weights and masks
+    if seeds is not None:
+        flat[DROPOUT_SEED] = np.asarray(seeds).reshape(-1)
     total = next(iter(flat.values())).shape[0] if flat else 1
     if num_samples is not None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
@@ -270,7 +274,10 @@ def posterior_predictive(
         total = num_samples
     # Sites the new model shares with the posterior are substituted; the others are predicted.
     # Deterministics of the posterior are recomputed at the new inputs, not kept from training.
-    draws, moments = run_predictive(bound, backend, flat, total, seed, posterior.params, sites)
+    seeds = flat.pop(DROPOUT_SEED, None)
+    draws, moments = run_predictive(
+        bound, backend, flat, total, seed, posterior.params, sites, dropout_seeds=seeds
+    )
     return _result(sites, draws, moments, site)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ppl_bdl.dsl.bound_data import fill_data
+from ppl_bdl.dsl.nn.dropout import DROPOUT_SEED, ActiveDropout
 from ppl_bdl.trace.interpreter import Evaluator
 
 #: Families whose predictive summaries are class probabilities.
@@ -50,16 +51,21 @@ def run_predictive(
     seed: int,
     params: dict,
     sites: dict | None = None,
+    dropout_seeds: np.ndarray | None = None,
 ) -> tuple[dict, dict]:
     """Draw every site not in ``values`` once per row of ``values``; return draws and moments
     (NumPy, leading axis: draws). ``sites`` is a validating trace of ``bound`` (for chunking the
-    data plate; without it the points are not chunked)."""
+    data plate; without it the points are not chunked). ``dropout_seeds``, one per row (MC
+    dropout's draws), runs the model's Dropout layers with each row's masks."""
     arrays, template = bound.data_arrays(backend)
+    seeded = dropout_seeds is not None
+    if seeded:
+        values = {**values, DROPOUT_SEED: np.asarray(dropout_seeds)}
     plate, axes = _point_chunking(sites or {})
     size = sites_plate_size(sites, plate) if plate else 0
     per_call = max(1, min(num_samples, MAX_DRAWS_PER_CALL))
     points = max(1, min(size, CHUNK_ELEMENTS // per_call)) if plate else 0
-    run = _compiled(bound, backend, template, params, plate)
+    run = _compiled(bound, backend, template, params, plate, seeded)
     draws_parts, moment_parts = [], []
     with backend.scope(), backend.activate():
         for start in range(0, num_samples, per_call):
@@ -115,8 +121,9 @@ def sites_plate_size(sites, plate: str) -> int:
     return 0
 
 
-def _compiled(bound, backend, template, params: dict, plate: str | None):
-    """``run(values, keys, data, idx)`` vmapped over draws and compiled, cached on the model."""
+def _compiled(bound, backend, template, params: dict, plate: str | None, seeded: bool = False):
+    """``run(values, keys, data, idx)`` vmapped over draws and compiled, cached on the model;
+    ``seeded``: ``values[DROPOUT_SEED]`` holds each draw's mask seed (its Dropout layers on)."""
     cache = bound.model.compiled
     key = (
         "predictive",
@@ -126,10 +133,15 @@ def _compiled(bound, backend, template, params: dict, plate: str | None):
         repr(template),
         plate,
         tuple(sorted(params)),
+        seeded,
     )
     if key not in cache:
 
         def one(vals, rng_key, data, idx, params):
+            handlers = ()
+            if seeded:
+                handlers = (ActiveDropout.from_seed(backend, vals[DROPOUT_SEED]),)
+                vals = {k: v for k, v in vals.items() if k != DROPOUT_SEED}
             args, kwargs = fill_data(template, data)
             batch = None if idx is None else {plate: idx}
             ev = Evaluator(
@@ -142,7 +154,7 @@ def _compiled(bound, backend, template, params: dict, plate: str | None):
                 record=True,
                 batch=batch,
             )
-            bound.run_with(ev, (args, kwargs))
+            bound.run_with(ev, (args, kwargs), handlers)
             return _draws_and_moments(ev.sites, vals)
 
         mapped = backend.vmap(one, in_axes=(0, 0, None, None, None))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl.dsl.bound_data import fill_data
+from ppl_bdl.dsl.nn.dropout import ActiveDropout
 from ppl_bdl.errors import ModelError
 from ppl_bdl.trace.enumeration import Enumeration, discrete_latents
 from ppl_bdl.trace.interpreter import Evaluator, SiteRecord
@@ -215,13 +216,17 @@ class ModelDensity:
         if layout.discrete:
             self.enumeration = Enumeration(bound, backend, layout.sites, self._template, exclude)
 
-    def _run(self, evaluator: Evaluator, data) -> Evaluator:
+    def _run(self, evaluator: Evaluator, data, dropout: ActiveDropout | None = None) -> Evaluator:
         self.bound.run_with(
-            evaluator, fill_data(self._template, self.data if data is None else data)
+            evaluator,
+            fill_data(self._template, self.data if data is None else data),
+            () if dropout is None else (dropout,),
         )
         return evaluator
 
-    def site_potential(self, sites: dict, data=None, batch=None, params=None, observed=None):
+    def site_potential(
+        self, sites: dict, data=None, batch=None, params=None, observed=None, dropout=None
+    ):
         if self.enumeration is not None:
             if batch is not None:
                 raise ModelError(_NO_MINIBATCH.format(self.layout.discrete))
@@ -238,12 +243,14 @@ class ModelDensity:
             exclude=self.exclude,
             observed=observed,
         )
-        return -self._run(ev, data).log_joint
+        return -self._run(ev, data, dropout).log_joint
 
-    def potential(self, flat, data=None, batch=None, params=None, observed=None):
-        """U at the flat θ; ``observed`` (site name -> value) replaces observed sites' data."""
+    def potential(self, flat, data=None, batch=None, params=None, observed=None, dropout=None):
+        """U at the flat θ; ``observed`` (site name -> value) replaces observed sites' data;
+        ``dropout``, an :class:`~ppl_bdl.dsl.nn.dropout.ActiveDropout` for the run, turns the
+        model's Dropout layers on (MC dropout's training step)."""
         sites = self.layout.unflatten(flat, self.backend)
-        return self.site_potential(sites, data, batch, params, observed)
+        return self.site_potential(sites, data, batch, params, observed, dropout)
 
     def simulate(self, flat, key, data=None, batch=None, params=None) -> dict:
         """The observed sites drawn from the model at the flat θ (site name -> value, of the
@@ -266,11 +273,21 @@ class ModelDensity:
         concatenating: the form SG-MCMC's loop uses)."""
         return self.backend.value_and_grad(lambda f: self.potential(f, data, batch, params))(flat)
 
-    def replay(self, flat, data=None, log_likelihood: bool = True, batch=None, discrete=None):
+    def replay(
+        self,
+        flat,
+        data=None,
+        log_likelihood: bool = True,
+        batch=None,
+        discrete=None,
+        dropout_seed=None,
+    ):
         """Constrained latents and deterministics at one flat draw, and (optionally) the
         pointwise log-likelihood of each observed site (ArviZ's log_likelihood group).
         ``batch`` runs a plate on some of its points only (see :class:`Evaluator`);
-        ``discrete`` holds values of the discrete latent sites (drawn after the fit)."""
+        ``discrete`` holds values of the discrete latent sites (drawn after the fit);
+        ``dropout_seed``, the draw's mask seed (MC dropout), runs its Dropout layers with the
+        draw's masks."""
         ev = Evaluator(
             self.backend,
             unconstrained=self.layout.unflatten(flat),
@@ -279,7 +296,10 @@ class ModelDensity:
             batch=batch,
             values=discrete,
         )
-        sites = self._run(ev, data).sites
+        dropout = None
+        if dropout_seed is not None:
+            dropout = ActiveDropout.from_seed(self.backend, dropout_seed)
+        sites = self._run(ev, data, dropout).sites
         values = {n: s.value for n, s in sites.items() if s.kind in ("latent", "deterministic")}
         if not log_likelihood:
             return values, {}

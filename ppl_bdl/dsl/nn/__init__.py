@@ -2,8 +2,8 @@
 
 Layers are written once, with :mod:`ppl_bdl.dsl.math`, and run on every backend: :class:`Dense`,
 :class:`Conv2d` (NCHW), :class:`MaxPool2d`, :class:`AvgPool2d`, :class:`GlobalAvgPool2d`,
-:class:`Flatten`, :class:`LayerNorm`, activations, and the containers :class:`Sequential`,
-:class:`Residual` and :class:`MLP`. :func:`lift` makes an existing torch or equinox module
+:class:`Flatten`, :class:`LayerNorm`, :class:`Dropout` (the identity except under MC dropout),
+activations, and the containers :class:`Sequential`, :class:`Residual` and :class:`MLP`. :func:`lift` makes an existing torch or equinox module
 Bayesian on its own backend. Priors: a scale, a distribution, or a function of the fans
 (:func:`he_normal`, :func:`glorot_normal`).
 
@@ -32,6 +32,7 @@ Example
 
 from ppl_bdl.dsl.nn.containers import MLP, Residual, Sequential
 from ppl_bdl.dsl.nn.conv import AvgPool2d, Conv2d, GlobalAvgPool2d, MaxPool2d
+from ppl_bdl.dsl.nn.dropout import Dropout
 from ppl_bdl.dsl.nn.init import initial_values
 from ppl_bdl.dsl.nn.layers import Dense, Flatten
 from ppl_bdl.dsl.nn.lift import Lifted, ModuleParts, lift
@@ -46,6 +47,7 @@ __all__ = [
     "AvgPool2d",
     "Conv2d",
     "Dense",
+    "Dropout",
     "FanScaledNormal",
     "Flatten",
     "GlobalAvgPool2d",

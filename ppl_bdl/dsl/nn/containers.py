@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ppl_bdl.dsl.nn.dropout import Dropout, check_rate
 from ppl_bdl.dsl.nn.layers import Dense
 from ppl_bdl.dsl.nn.module import (
     Module,
@@ -178,6 +179,14 @@ class MLP(Sequential):
     ``activation`` is a name ("relu", "tanh", "gelu", ...) or a ``ppl_bdl.dsl.math`` function; the last
     layer is linear. ``prior`` (or ``prior_scale``) applies to every layer.
 
+    ``p`` (None: no dropout) puts a :class:`~ppl_bdl.dsl.nn.Dropout` of rate ``p`` on every
+    hidden layer's output, after its activation: before every Dense layer but the first (the
+    inputs are not dropped; a ``Sequential`` starting with ``nn.Dropout`` drops them too, as
+    Gal & Ghahramani 2016 do before every weight layer). The layers are the identity except
+    under ``method="mc_dropout"``; ``p=0`` puts them in all the same (the identity even there),
+    so a sweep over p runs one model. The Dropout layers have no weights and no names (paths
+    ``net[2]``, ``net[5]``, ...): the weight sites are those of the MLP without them.
+
     Example
     -------
     >>> from ppl_bdl import nn, dist
@@ -193,8 +202,10 @@ class MLP(Sequential):
         activation: str | Callable = "relu",
         prior: Prior | None = None,
         prior_scale: float | None = None,
+        p: float | None = None,
     ):
         where = f"MLP({name!r})"
+        rate = None if p is None else check_rate(p, where)
         if isinstance(sizes, str) or not isinstance(sizes, Sequence) or len(sizes) < 2:
             raise ModelError(f"{where}: sizes needs at least [in, out], got {sizes!r}.")
         fn = resolve_activation(activation, where)
@@ -202,5 +213,7 @@ class MLP(Sequential):
         for i in range(len(sizes) - 1):
             if i:
                 layers.append(fn)
+                if rate is not None:
+                    layers.append(Dropout(rate))
             layers.append(Dense(str(i), sizes[i], sizes[i + 1]))
         super().__init__(name, layers, prior=scale_and_prior(prior, prior_scale, where))
