@@ -327,3 +327,100 @@ def test_neutra_refuses_a_flow_of_another_model(flows):
             backend=name,
             method=bdl.NUTS(neutra=flows[name], num_warmup=5, num_samples=5, num_chains=1),
         )
+
+
+# -- Neal's funnel: ESS per gradient (slow) -------------------------------------------------------
+@bdl.model
+def funnel_centred(dim: int = 9):
+    """Neal (2003)'s funnel: v ~ N(0, 3²), x_i | v ~ N(0, e^v)."""
+    v = bdl.sample("v", dist.Normal(0.0, 3.0))
+    bdl.sample("x", dist.Normal(0.0, bdl.math.exp(v / 2)), shape=(dim,))
+
+
+@bdl.model
+def funnel_noncentred(dim: int = 9):
+    """The funnel written non-centred by hand: x = e^(v/2) x_raw, x_raw ~ N(0, 1)."""
+    v = bdl.sample("v", dist.Normal(0.0, 3.0))
+    x_raw = bdl.sample("x_raw", dist.Normal(0.0, 1.0), shape=(dim,))
+    bdl.deterministic("x", bdl.math.exp(v / 2) * x_raw)
+
+
+def ess_per_gradient(post) -> float:
+    """The smallest bulk ESS over v and x's coordinates, per leapfrog step (gradient)."""
+    ess = min(
+        float(az.ess(post.samples["v"])),
+        float(np.min(az.ess(az.convert_to_dataset({"x": post.samples["x"]}))["x"].values)),
+    )
+    return ess / float(np.sum(post.sample_stats["n_steps"]))
+
+
+def funnel_fits(seed: int = 0) -> dict:
+    nuts = dict(num_warmup=500, num_samples=1000, num_chains=4)
+    flow = bdl.fit(
+        funnel_centred(),
+        backend="numpyro",
+        method="vi",
+        guide="flow",
+        num_layers=4,
+        hidden=32,
+        num_steps=5000,
+        lr=0.003,
+        num_samples=10,
+        seed=seed,
+        progress=False,
+    )
+    models = {
+        "centred": (funnel_centred(), {}),
+        "LocScale(0)": (bdl.reparam(funnel_centred(), {"x": bdl.LocScale(0)}), {}),
+        "non-centred by hand": (funnel_noncentred(), {}),
+        "NeuTra": (funnel_centred(), {"neutra": flow}),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+        return {
+            name: bdl.fit(
+                bound,
+                backend="numpyro",
+                method=bdl.NUTS(**extra, **nuts),
+                seed=seed,
+                progress=False,
+            )
+            for name, (bound, extra) in models.items()
+        }
+
+
+@pytest.mark.slow
+def test_funnel_ess_per_gradient():
+    if "numpyro" not in bdl.backends.available():
+        pytest.xfail("the numpyro backend is not installed (pip install 'ppl_bdl[numpyro]')")
+    fits = funnel_fits()
+    rate = {name: ess_per_gradient(post) for name, post in fits.items()}
+    for name, post in fits.items():
+        print(f"{name}: ESS/gradient {rate[name]:.4f}, divergences {divergences(post)}")
+    assert rate["LocScale(0)"] > 5 * rate["centred"]
+    assert 0.67 < rate["LocScale(0)"] / rate["non-centred by hand"] < 1.5
+    assert rate["NeuTra"] > 2 * rate["centred"]
+    v = fits["LocScale(0)"].samples["v"]  # v ~ N(0, 3²) exactly
+    assert abs(v.mean()) < 4 * 3.0 / np.sqrt(float(az.ess(v, method="mean")))
+
+
+def test_a_reparameterised_model_pickles_and_runs_in_a_scan():
+    import pickle
+
+    from ppl_bdl.run.process_executor import _dumps
+    from ppl_bdl.trace.model_trace import trace_model
+
+    @bdl.model
+    def walk(steps=4):
+        s = bdl.sample("s", dist.HalfNormal(1.0))
+        bdl.scan(lambda x, _: (bdl.sample("x", dist.Normal(x, s)),) * 2, 0.0, None, length=steps)
+
+    bound = bdl.reparam(walk(), {"x": bdl.LocScale(0)})
+    again = pickle.loads(
+        _dumps(bdl.reparam(pdb.eight_schools_centered, {"theta": bdl.LocScale(0)}))
+    )
+    assert again.name == "eight_schools_centered" and "theta" in again.fn.config
+    for name in BACKENDS:
+        sites = trace_model(bound, bdl.backends.get(name))
+        assert sites["x"].kind == "deterministic" and sites["x"].value.shape == (4,)
+        assert sites["x_decentered"].kind == "latent"

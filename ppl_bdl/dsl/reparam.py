@@ -16,7 +16,7 @@ Gorinova, Moore and Hoffman (2020), as NumPyro's ``LocScaleReparam``: a site
 
 so ``c = 0`` is the fully non-centred form (``x_decentered`` is standard), ``c = 1`` the model as
 written, and ``centered=None`` a learnable ``c`` in [0, 1] (a ``bdl.param`` named
-``{site}_centered``: optimised by VI, held at 0.5 by MCMC).
+``{site}_centered``: optimised by VI; MCMC holds it at 0.5 with ``hold_params=True``).
 
 Example
 -------
@@ -74,7 +74,8 @@ class LocScale(Reparam):
         0 (default): fully non-centred, the new site ``{name}_decentered`` is standard (a funnel's
         neck becomes flat); 1: the site as written; in between: partly centred. None learns it:
         a ``bdl.param`` ``{name}_centered`` in [0, 1], one per element of the site's event,
-        optimised by VI (Gorinova et al., 2020), held at its initial 0.5 by MCMC.
+        optimised by VI (Gorinova et al., 2020); MCMC needs ``hold_params=True``, which
+        holds it at 0.5.
 
     Example
     -------
@@ -184,13 +185,21 @@ class _ReparameterisedFunction:
     """The function of a reparameterised model: the original model's, run under a
     :class:`ReparamHandler` (a class rather than a closure so the model pickles)."""
 
+    # No instance dict: ``Model`` copies a function's ``__dict__`` onto itself.
+    __slots__ = ("model", "config")
+
     def __init__(self, model: Model, config: dict[str, Reparam]):
         self.model = model
         self.config = config
-        self.__name__ = model.name
-        self.__doc__ = model.fn.__doc__
-        # The original code object: an error raised in the model points at the model's line.
-        self.__code__ = getattr(model.fn, "__code__", None)
+
+    @property
+    def __name__(self) -> str:  # read by Model as a function's name
+        return self.model.name
+
+    @property
+    def __code__(self) -> Any:
+        """The model function's code: an error raised in the model points at the model's line."""
+        return getattr(self.model.fn, "__code__", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         handler = ReparamHandler(self.config)
