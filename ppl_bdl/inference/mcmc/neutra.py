@@ -18,15 +18,14 @@ Example
 >>> import ppl_bdl as bdl
 >>> from ppl_bdl import dist
 >>> @bdl.model
-... def funnel():
-...     v = bdl.sample("v", dist.Normal(0.0, 1.5))
-...     bdl.sample("x", dist.Normal(0.0, bdl.math.exp(v / 2)), shape=(2,))
->>> flow = bdl.fit(funnel(), backend="numpyro", method="vi", guide="flow", num_layers=2,
-...                hidden=8, num_steps=200, lr=0.01, num_samples=10, progress=False)
->>> post = bdl.fit(funnel(), backend="numpyro", method=bdl.NUTS(neutra=flow, num_warmup=50,
-...                num_samples=50, num_chains=1), progress=False)
+... def m():
+...     bdl.sample("x", dist.Normal(0.0, 1.0), shape=(2,))
+>>> flow = bdl.fit(m(), backend="numpyro", method="vi", guide="flow", num_layers=2, hidden=4,
+...                num_steps=50, num_samples=10, progress=False)
+>>> post = bdl.fit(m(), backend="numpyro", method=bdl.NUTS(neutra=flow, num_warmup=20,
+...                num_samples=20, num_chains=1), progress=False)
 >>> post.samples["x"].shape
-(1, 50, 2)
+(1, 20, 2)
 """
 
 from __future__ import annotations
@@ -115,6 +114,6 @@ def _check_same_latents(fitted_layout, layout) -> None:
     now = [(s.name, s.shape) for s in layout.slots]
     if fitted != now:
         raise ConfigError(
-            f"NUTS(neutra=...): the flow was fitted to latent sites {fitted}, but this model has "
+            f"neutra=...: the flow was fitted to latent sites {fitted}, but this model has "
             f"{now}. Fit the flow (method='vi', guide='flow') to the same model and data."
         )
