@@ -430,3 +430,14 @@ def test_a_reparameterised_model_pickles_and_runs_in_a_scan():
         sites = trace_model(bound, bdl.backends.get(name))
         assert sites["x"].kind == "deterministic" and sites["x"].value.shape == (4,)
         assert sites["x_decentered"].kind == "latent"
+
+
+def test_a_shape_error_after_a_reparameterised_site_names_the_model_line():
+    @bdl.model
+    def linear(X):
+        w = bdl.sample("w", dist.Normal(0.0, 1.0), shape=(3,))
+        bdl.deterministic("f", X @ w)
+
+    bound = bdl.reparam(linear, {"w": bdl.LocScale(0)})(np.ones((4, 2)))
+    with pytest.raises(bdl.ModelError, match=r"in the arguments of site 'f'.*\n.*X @ w"):
+        bdl.prior_predictive(bound, backend=BACKENDS[0], num_samples=2)

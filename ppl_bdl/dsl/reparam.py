@@ -41,7 +41,7 @@ import numpy as np
 
 from ppl_bdl.dsl.dist.base import Distribution
 from ppl_bdl.dsl.dist.continuous import Cauchy, Laplace, Logistic, Normal, StudentT
-from ppl_bdl.dsl.effects import Handler, Message
+from ppl_bdl.dsl.effects import Handler, Message, current_runtime
 from ppl_bdl.dsl.model import BoundModel, Model
 from ppl_bdl.dsl.primitives import param, sample
 from ppl_bdl.errors import ConfigError, ModelError
@@ -165,6 +165,9 @@ class ReparamHandler(Handler):
             )
         self.applied.add(msg.name)
         strategy.apply(msg)
+        # The new sites ran inside this one: it is again the site in progress (an error in the
+        # model's next line then names this site as the last one computed).
+        current_runtime().current_site = msg.name
 
     def check_all_applied(self, model_name: str) -> None:
         """Raise when a configured site was not among the model's latent sample sites."""
