@@ -22,6 +22,7 @@ from ppl_bdl import backends, dist, guides, kernels, math, nn, random
 from ppl_bdl.dsl.control_flow import scan
 from ppl_bdl.dsl.model import BoundModel, Model, model
 from ppl_bdl.dsl.primitives import deterministic, factor, param, plate, sample
+from ppl_bdl.dsl.reparam import LocScale, Reparam, reparam
 from ppl_bdl.errors import (
     BackendError,
     ConfigError,
@@ -92,12 +93,14 @@ __all__ = [
     "DistributionError",
     "InProcessExecutor",
     "InferenceError",
+    "LocScale",
     "Model",
     "ModelError",
     "PPLError",
     "Posterior",
     "PredictiveResult",
     "RayExecutor",
+    "Reparam",
     "RunInterrupted",
     "backends",
     "deterministic",
@@ -118,6 +121,7 @@ __all__ = [
     "plate",
     "prior_predictive",
     "random",
+    "reparam",
     "sample",
     "scan",
 ]

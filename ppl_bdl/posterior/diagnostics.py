@@ -51,6 +51,9 @@ class ConvergenceError(InferenceError):
         self.findings = findings if findings is not None else Diagnostics([])
 
 
+#: What to try against a funnel (a site whose scale is another latent): its non-centred form.
+REPARAM_ADVICE = "bdl.reparam(model, {site: bdl.LocScale(0)})"
+
 #: How each kind of finding reads: ``{value}`` and ``{threshold}`` are filled in.
 _LABELS = {
     "rhat": "R-hat {value:.3g} > {threshold:.3g}",
@@ -224,7 +227,7 @@ def mcmc_findings(post) -> list[Finding]:
                         max(bad.values()),
                         RHAT_MAX,
                         "the chains disagree (not mixed, or stuck in different modes); run more "
-                        "warmup and samples, or reparameterise",
+                        f"warmup and samples, or reparameterise: {REPARAM_ADVICE}",
                     )
                 )
         for kind in ("bulk", "tail"):
@@ -258,7 +261,7 @@ def sampler_findings(stats: dict, method: str, settings: dict) -> list[Finding]:
                     count,
                     0,
                     "the sampler met curvature it cannot follow, so the posterior may be biased; "
-                    "raise target_accept (e.g. 0.95) or reparameterise (non-centred)",
+                    f"raise target_accept (e.g. 0.95) or non-centre: {REPARAM_ADVICE}",
                 )
             )
     if method == "nuts" and "tree_depth" in stats:
@@ -274,7 +277,7 @@ def sampler_findings(stats: dict, method: str, settings: dict) -> list[Finding]:
                     f"trajectories were cut at max_tree_depth={depth} (each such draw cost "
                     f"{2**depth - 1} gradient evaluations, and the chain explores slowly); for a "
                     "network use method='sghmc' or 'vi', otherwise raise max_tree_depth or "
-                    "reparameterise",
+                    f"reparameterise: {REPARAM_ADVICE}",
                 )
             )
     if method in ("nuts", "hmc") and "acceptance_rate" in stats:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.mcmc.kernels import registry
 from ppl_bdl.inference.mcmc.native import NativeConfig, run_native_mcmc
+from ppl_bdl.inference.mcmc.neutra import check_neutra
 from ppl_bdl.inference.mcmc.sgmcmc import DRIVER_SUPPLIED, SGMCMCConfig, run_sgmcmc
 from ppl_bdl.inference.method import Method, check_bool, check_int, check_params, option
 
@@ -99,6 +100,11 @@ class _Native(ChainMethod):
         None, "'sequential' or 'vectorized' (None: vectorized when chains span several devices)"
     )
     chunk_size: int | None = option(None, "steps per compiled call (None: chosen by the driver)")
+    neutra: Any = option(
+        None,
+        "a Posterior of method='vi', guide='flow' on this model: sample in the flow's base "
+        "space (NeuTra, Hoffman et al. 2019)",
+    )
 
     hints: ClassVar[dict[str, str]] = {
         "batch_size": "NUTS and HMC use the full data each step; for minibatches use an "
@@ -116,6 +122,8 @@ class _Native(ChainMethod):
                 "a number > 0 (the initial step size) or leave step_size out."
             )
         self.config()  # NativeConfig's checks
+        if self.neutra is not None:
+            check_neutra(self.neutra, type(self).__name__)
 
     def config(self) -> NativeConfig:
         return NativeConfig.build(self.method_name, **self.options_for(NativeConfig.build))
@@ -124,7 +132,7 @@ class _Native(ChainMethod):
         check_params(setup, self.name, self.hold_params)
         _warn_cost(setup, self.name)
         lengths = self._lengths(seed, progress, log_likelihood, chain_ids)
-        return run_native_mcmc(setup, self.config(), **lengths)
+        return run_native_mcmc(setup, self.config(), **lengths, neutra=self.neutra)
 
 
 @dataclass(frozen=True)

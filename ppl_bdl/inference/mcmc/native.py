@@ -17,6 +17,7 @@ from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.loop.driver import plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
 from ppl_bdl.inference.loop.programs import programs
+from ppl_bdl.inference.mcmc.neutra import NeuTraMap
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup
 from ppl_bdl.inference.starts import initial_positions
@@ -109,9 +110,12 @@ def run_native_mcmc(
     progress: bool = False,
     log_likelihood: bool = True,
     chain_ids: list[int] | None = None,
+    neutra=None,
 ):
     """Run the backend's NUTS (``config.method == "nuts"``) or HMC on a prepared model; return a
-    Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default)."""
+    Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default). With ``neutra`` (a
+    flow guide's VI posterior) the sampler runs in the flow's base space
+    (:mod:`~ppl_bdl.inference.mcmc.neutra`)."""
     backend, method = setup.backend, config.method
     chain_method = config.chain_method
     if chain_method is None:  # side by side where they are split over devices
@@ -132,10 +136,13 @@ def run_native_mcmc(
         progress=progress,
         chain_method=chain_method,
     )
-    transition = _transition(setup, density, settings)
+    flow = None if neutra is None else NeuTraMap(neutra, setup)
+    transition = _transition(setup, density, settings, flow)
     keep = np.zeros(num_warmup + num_samples * thinning, bool)
     keep[num_warmup + thinning - 1 :: thinning] = True
     positions = initial_positions(setup, init, num_chains, seed)
+    if flow is not None:
+        positions = flow.pull_back(positions)
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
     plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
     run = run_chains(
@@ -151,6 +158,8 @@ def run_native_mcmc(
         chain_ids=chains,
         vectorize=chain_method == "vectorized",
     )
+    if flow is not None and run.draws is not None:
+        run.draws = flow.push_forward(run.draws)
     if run.failure is not None:
         raise_failure(
             setup,
@@ -164,19 +173,20 @@ def run_native_mcmc(
     return build_posterior(setup, run.draws, stats, method, log_likelihood=log_likelihood)
 
 
-def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings):
+def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings, flow=None):
     """The backend's NUTS/HMC transition, from its program cache where the model has a key: it
     depends on the model and the sampler's settings, not on the number of draws, chains or the
-    seed (``num_warmup`` is the adaptation's schedule; ``step_size`` the adaptation's start)."""
+    seed (``num_warmup`` is the adaptation's schedule; ``step_size`` the adaptation's start).
+    A NeuTra run (``flow``) samples a potential of its own and is not cached."""
     backend = setup.backend
 
     def build(key=None):
-        potential = density.potential
+        potential = density.potential if flow is None else flow.potential(density.potential)
         made = backend.native_transition(lambda flat, data: potential(flat, data), settings)
         return made._replace(key=key)
 
     model = setup.program_key()
-    if model is None:
+    if model is None or flow is not None:
         return build()
     key = (
         "native",

@@ -160,6 +160,11 @@ class FlowGuide(Guide):
         return params["loc"] + scale * z, log_q - m.sum(m.log(scale))
 
     def log_prob(self, params, theta):
+        z, log_det = self.inverse(params, theta)
+        return self._standard_normal_log_prob(z) - log_det
+
+    def inverse(self, params, theta):
+        """The base points z = F⁻¹(θ) of θ (n, d), and log|det ∂F/∂z| there (n,)."""
         m = self.m
         scale = m.softplus(params["rho"])
         z = (theta - params["loc"]) / scale
@@ -167,7 +172,7 @@ class FlowGuide(Guide):
         for i in reversed(range(self.num_layers)):
             z, log_det = self._inverse_layer(params, i, z)
             log_det_total = log_det_total + log_det
-        return self._standard_normal_log_prob(z) - log_det_total
+        return z, log_det_total
 
 
 @register("flow")
