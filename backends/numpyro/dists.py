@@ -120,6 +120,8 @@ def native_distribution(spec):
     later in a ``jax.enable_x64`` scope is otherwise fed a float32 buffer by JAX 0.10's dispatch
     cache and fails (``RuntimeProgramInputMismatch``).
     """
+    if spec.name in _RESHAPED:
+        return _reshaped(spec)
     params = {  # NumPy parameters and Python lists as JAX arrays of the current precision
         k: jnp.asarray(v) if isinstance(v, np.ndarray | list | tuple) else v
         for k, v in spec.params.items()
@@ -128,6 +130,20 @@ def native_distribution(spec):
     # validate_args on: switch NumPyro's validation off around them too.
     with numpyro.validation_enabled(False):
         return _FAMILIES[spec.name](**params, validate_args=False)
+
+
+#: The DSL's reshaped specs (``expand``, ``to_event``, ``mask``): NumPyro's own methods.
+_RESHAPED = frozenset({"ExpandedDistribution", "Independent", "MaskedDistribution"})
+
+
+def _reshaped(spec):
+    base = native_distribution(spec.params["base_dist"])
+    if spec.name == "ExpandedDistribution":
+        return expand(base, spec.params["batch_shape"], 0)
+    if spec.name == "Independent":
+        return base.to_event(spec.params["reinterpreted_batch_ndims"])
+    mask = spec.params["mask"]
+    return base.mask(mask if isinstance(mask, bool) else jnp.asarray(mask, dtype=bool))
 
 
 def observed_value(spec, value, int_dtype):
@@ -147,6 +163,8 @@ def observed_value(spec, value, int_dtype):
 def _index_valued(spec) -> bool:
     if spec.name == "MixtureSameFamily":
         return _index_valued(spec.params["component_distribution"])
+    if spec.name in _RESHAPED:
+        return _index_valued(spec.params["base_dist"])
     return spec.name in _INDEX_VALUED
 
 

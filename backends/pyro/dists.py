@@ -172,10 +172,29 @@ def native_distribution(spec, asarray):
             native_distribution(spec.params["component_distribution"], asarray),
             validate_args=False,
         )
+    if spec.name in _RESHAPED:
+        return _reshaped(spec, asarray)
     params = {k: _param(spec, k, v, asarray) for k, v in spec.params.items()}
     if spec.name in _NO_VALIDATE_ARG:
         return _FAMILIES[spec.name](**params)
     return _FAMILIES[spec.name](**params, validate_args=False)
+
+
+#: The DSL's reshaped specs (``expand``, ``to_event``, ``mask``): Pyro's own methods.
+_RESHAPED = frozenset({"ExpandedDistribution", "Independent", "MaskedDistribution"})
+
+
+def _reshaped(spec, asarray):
+    base = native_distribution(spec.params["base_dist"], asarray)
+    if spec.name == "ExpandedDistribution":
+        return expand(base, spec.params["batch_shape"], 0)
+    if spec.name == "Independent":
+        return base.to_event(spec.params["reinterpreted_batch_ndims"])
+    mask = spec.params["mask"]
+    if isinstance(mask, bool | np.bool_):
+        return base.mask(bool(mask))
+    mask = plain(mask) if isinstance(mask, Tensor) else asarray(np.asarray(mask))
+    return base.mask(mask.bool())
 
 
 def observed_value(spec, value, float_dtype):

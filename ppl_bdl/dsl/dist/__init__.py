@@ -59,6 +59,7 @@ from ppl_bdl.dsl.dist.families import (
     Wishart,
     ZeroInflatedPoisson,
 )
+from ppl_bdl.dsl.dist.shaped import ExpandedDistribution, Independent, MaskedDistribution
 
 __all__ = [
     "Bernoulli",
@@ -72,6 +73,7 @@ __all__ = [
     "Dirichlet",
     "DiscreteUniform",
     "Distribution",
+    "ExpandedDistribution",
     "Exponential",
     "Gamma",
     "GammaPoisson",
@@ -81,6 +83,7 @@ __all__ = [
     "HalfNormal",
     "HalfStudentT",
     "ImproperUniform",
+    "Independent",
     "InverseGamma",
     "LKJ",
     "LKJCholesky",
@@ -88,6 +91,7 @@ __all__ = [
     "LogNormal",
     "Logistic",
     "LowRankMultivariateNormal",
+    "MaskedDistribution",
     "MixtureSameFamily",
     "Multinomial",
     "MultivariateNormal",

@@ -259,6 +259,21 @@ def equal_to(v, event_dim: int = 0) -> Constraint:
     return Constraint("point", check, f"exactly the point {shown}", event_dim=event_dim)
 
 
+def independent(base: Constraint, reinterpreted_batch_ndims: int) -> Constraint:
+    """``base`` on each entry of the ``reinterpreted_batch_ndims`` rightmost dims (``to_event``)."""
+    n = reinterpreted_batch_ndims
+    if n == 0:
+        return base
+    axes = tuple(range(-n, 0))
+    return Constraint(
+        base.name,
+        lambda x: np.all(base.check(x), axis=axes),
+        f"{base.description} (in every entry of the last {n} dim(s) of an event)",
+        event_dim=base.event_dim + n,
+        discrete=base.discrete,
+    )
+
+
 # -- the unconstrained parameterisation of ``param`` -----------------------------------------
 def param_to_unconstrained(kind: str, value: np.ndarray) -> np.ndarray:
     """The unconstrained (optimised) value of a ``param`` with constraint ``kind`` (NumPy)."""
