@@ -14,7 +14,7 @@ Example
 (2,)
 """
 
-from ppl_bdl.dsl.dist import constraints
+from ppl_bdl.dsl.dist import constraints, transforms
 from ppl_bdl.dsl.dist.base import Distribution
 from ppl_bdl.dsl.dist.families import (
     LKJ,
@@ -60,6 +60,7 @@ from ppl_bdl.dsl.dist.families import (
     ZeroInflatedPoisson,
 )
 from ppl_bdl.dsl.dist.shaped import ExpandedDistribution, Independent, MaskedDistribution
+from ppl_bdl.dsl.dist.transformed import TransformedDistribution
 
 __all__ = [
     "Bernoulli",
@@ -101,6 +102,7 @@ __all__ = [
     "Pareto",
     "Poisson",
     "StudentT",
+    "TransformedDistribution",
     "TruncatedNormal",
     "Uniform",
     "VonMises",
@@ -108,4 +110,5 @@ __all__ = [
     "Wishart",
     "ZeroInflatedPoisson",
     "constraints",
+    "transforms",
 ]
