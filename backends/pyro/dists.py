@@ -163,7 +163,7 @@ _TENSOR_PARAMS = {
     "VonMises",
 }
 #: Parameters that stay Python values (sizes, flags).
-_STATIC = {"dimension", "num_steps", "event_dim", "support", "shape", "low", "high"}
+_STATIC = {"dimension", "num_steps", "event_dim", "support", "shape"}
 #: Counts that torch wants as floats when they are arrays (lgamma has no integer kernel).
 _COUNTS = {"total_count"}
 _IDENTITY_SUPPORTS = (tc.real, tc.real_vector)
