@@ -252,14 +252,14 @@ def test_lkj_prior_under_nuts_has_the_known_correlation_variance(backend_name):
     (Lewandowski, Kurowicka and Joe 2009, section 3.2): 1/6 for d = 3, η = 2."""
     post = bdl.fit(
         lkj_prior(),
-        method=bdl.NUTS(num_warmup=500, num_samples=2000, num_chains=2),
+        method=bdl.NUTS(num_warmup=300, num_samples=1000, num_chains=2),
         backend=backend_name,
         seed=0,
         progress=False,
     )
     chol = post.samples["chol"].reshape(-1, 3, 3)
     r = (chol @ np.swapaxes(chol, -1, -2))[:, [1, 2, 2], [0, 0, 1]]
-    # 4000 draws (ESS ~ 2000): the variance's Monte Carlo sd is about 0.005
+    # 2000 draws (ESS ~ 1000): the variance's Monte Carlo sd is about 0.008
     np.testing.assert_allclose(r.var(0), 1 / 6, atol=0.025)
     np.testing.assert_allclose(r.mean(0), 0.0, atol=0.05)
 
