@@ -11,6 +11,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as nd
 from numpyro.distributions import constraints as ndc
+from numpyro.distributions import transforms as ndt
 from numpyro.distributions.transforms import IdentityTransform
 from numpyro.distributions.transforms import biject_to as _biject_to
 
@@ -20,9 +21,29 @@ def _folded_student_t(df, scale=1.0, validate_args=None):
     return nd.FoldedDistribution(base, validate_args=validate_args)
 
 
-def _improper(support="real", validate_args=None):
-    support = ndc.real if support == "real" else ndc.positive
-    return nd.ImproperUniform(support, (), (), validate_args=validate_args)
+#: ImproperUniform's supports by name; "interval" and "greater_than" take their bounds.
+_SUPPORTS = {
+    "real": ndc.real,
+    "positive": ndc.positive,
+    "unit_interval": ndc.unit_interval,
+    "ordered_vector": ndc.ordered_vector,
+    "positive_ordered_vector": ndc.positive_ordered_vector,
+    "simplex": ndc.simplex,
+    "corr_cholesky": ndc.corr_cholesky,
+    "lower_cholesky": ndc.lower_cholesky,
+    "positive_definite": ndc.positive_definite,
+    "corr_matrix": ndc.corr_matrix,
+    "interval": ndc.interval,
+    "greater_than": ndc.greater_than,
+}
+
+
+def _improper(support="real", shape=(), low=None, high=None, validate_args=None):
+    support = _SUPPORTS[support]
+    bounds = tuple(b for b in (low, high) if b is not None)
+    if bounds:
+        support = support(*bounds)
+    return nd.ImproperUniform(support, (), tuple(shape), validate_args=validate_args)
 
 
 def _wishart(df, scale_matrix=None, precision_matrix=None, scale_tril=None, validate_args=None):
@@ -120,6 +141,16 @@ def native_distribution(spec):
     later in a ``jax.enable_x64`` scope is otherwise fed a float32 buffer by JAX 0.10's dispatch
     cache and fails (``RuntimeProgramInputMismatch``).
     """
+    if spec.name in _RESHAPED:
+        return _reshaped(spec)
+    if spec.name == "ImproperUniform":  # its shape stays a tuple (not an array)
+        return _improper(**spec.params, validate_args=False)
+    if spec.name == "TransformedDistribution":
+        return nd.TransformedDistribution(
+            native_distribution(spec.params["base_distribution"]),
+            [_transform(t) for t in spec.params["transforms"]],
+            validate_args=False,
+        )
     params = {  # NumPy parameters and Python lists as JAX arrays of the current precision
         k: jnp.asarray(v) if isinstance(v, np.ndarray | list | tuple) else v
         for k, v in spec.params.items()
@@ -128,6 +159,39 @@ def native_distribution(spec):
     # validate_args on: switch NumPyro's validation off around them too.
     with numpyro.validation_enabled(False):
         return _FAMILIES[spec.name](**params, validate_args=False)
+
+
+_TRANSFORMS = {
+    "ExpTransform": ndt.ExpTransform,
+    "SigmoidTransform": ndt.SigmoidTransform,
+    "AffineTransform": ndt.AffineTransform,
+    "OrderedTransform": ndt.OrderedTransform,
+    "StickBreakingTransform": ndt.StickBreakingTransform,
+    "LowerCholeskyTransform": ndt.LowerCholeskyTransform,
+    "CorrCholeskyTransform": ndt.CorrCholeskyTransform,
+}
+
+
+def _transform(spec):
+    """NumPyro's transform of a :mod:`ppl_bdl.dsl.dist.transforms` spec."""
+    params = {
+        k: v if isinstance(v, int | float) else jnp.asarray(v) for k, v in spec.params.items()
+    }
+    return _TRANSFORMS[spec.name](**params)
+
+
+#: The DSL's reshaped specs (``expand``, ``to_event``, ``mask``): NumPyro's own methods.
+_RESHAPED = frozenset({"ExpandedDistribution", "Independent", "MaskedDistribution"})
+
+
+def _reshaped(spec):
+    base = native_distribution(spec.params["base_dist"])
+    if spec.name == "ExpandedDistribution":
+        return expand(base, spec.params["batch_shape"], 0)
+    if spec.name == "Independent":
+        return base.to_event(spec.params["reinterpreted_batch_ndims"])
+    mask = spec.params["mask"]
+    return base.mask(mask if isinstance(mask, bool) else jnp.asarray(mask, dtype=bool))
 
 
 def observed_value(spec, value, int_dtype):
@@ -147,6 +211,8 @@ def observed_value(spec, value, int_dtype):
 def _index_valued(spec) -> bool:
     if spec.name == "MixtureSameFamily":
         return _index_valued(spec.params["component_distribution"])
+    if spec.name in _RESHAPED:
+        return _index_valued(spec.params["base_dist"])
     return spec.name in _INDEX_VALUED
 
 

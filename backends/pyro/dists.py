@@ -13,7 +13,7 @@ import torch
 from torch.distributions import biject_to as _biject_to
 from torch.distributions import constraints as tc
 from torch.distributions.mixture_same_family import MixtureSameFamilyConstraint
-from torch.distributions.transforms import identity_transform
+from torch.distributions.transforms import IndependentTransform, identity_transform
 
 from ppl_bdl.backends.pyro import families as extra
 from ppl_bdl.backends.pyro.values import plain
@@ -28,10 +28,33 @@ def _folded_student_t(df, scale=1.0):
     )
 
 
-def _improper(support="real"):
-    return pd.ImproperUniform(
-        tc.real if support == "real" else tc.positive, torch.Size(), torch.Size()
-    )
+#: ImproperUniform's supports by name; "interval" and "greater_than" take their bounds.
+_SUPPORTS = {
+    "real": tc.real,
+    "positive": tc.positive,
+    "unit_interval": tc.unit_interval,
+    "ordered_vector": pd.constraints.ordered_vector,
+    "positive_ordered_vector": pd.constraints.positive_ordered_vector,
+    "simplex": tc.simplex,
+    "corr_cholesky": tc.corr_cholesky,
+    "lower_cholesky": tc.lower_cholesky,
+    "positive_definite": tc.positive_definite,
+    "corr_matrix": pd.constraints.corr_matrix,
+    "interval": tc.interval,
+    "greater_than": tc.greater_than_eq,
+}
+
+
+def _improper(support="real", shape=(), low=None, high=None):
+    native = _SUPPORTS[support]
+    bounds = tuple(b for b in (low, high) if b is not None)
+    if bounds:
+        native = native(*bounds)
+    # one value spans ``shape``, as NumPyro's ImproperUniform has it (pyro's
+    # positive_ordered_vector says event_dim 0 for its vectors)
+    event_dim = 1 if support == "positive_ordered_vector" else native.event_dim
+    native = tc.independent(native, len(shape) - event_dim)
+    return pd.ImproperUniform(native, torch.Size(), torch.Size(shape))
 
 
 def _lkj_cholesky(dimension, concentration=1.0):
@@ -140,7 +163,7 @@ _TENSOR_PARAMS = {
     "VonMises",
 }
 #: Parameters that stay Python values (sizes, flags).
-_STATIC = {"dimension", "num_steps", "event_dim", "support"}
+_STATIC = {"dimension", "num_steps", "event_dim", "support", "shape"}
 #: Counts that torch wants as floats when they are arrays (lgamma has no integer kernel).
 _COUNTS = {"total_count"}
 _IDENTITY_SUPPORTS = (tc.real, tc.real_vector)
@@ -172,10 +195,55 @@ def native_distribution(spec, asarray):
             native_distribution(spec.params["component_distribution"], asarray),
             validate_args=False,
         )
+    if spec.name in _RESHAPED:
+        return _reshaped(spec, asarray)
+    if spec.name == "TransformedDistribution":
+        return pd.TransformedDistribution(
+            native_distribution(spec.params["base_distribution"], asarray),
+            [_transform(t, asarray) for t in spec.params["transforms"]],
+            validate_args=False,
+        )
     params = {k: _param(spec, k, v, asarray) for k, v in spec.params.items()}
     if spec.name in _NO_VALIDATE_ARG:
         return _FAMILIES[spec.name](**params)
     return _FAMILIES[spec.name](**params, validate_args=False)
+
+
+_TRANSFORMS = {
+    "ExpTransform": pd.transforms.ExpTransform,
+    "SigmoidTransform": pd.transforms.SigmoidTransform,
+    "AffineTransform": pd.transforms.AffineTransform,
+    "OrderedTransform": pd.transforms.OrderedTransform,
+    "StickBreakingTransform": pd.transforms.StickBreakingTransform,
+    "LowerCholeskyTransform": extra.LowerCholeskyTransform,  # NumPyro's layout, a bijection
+    "CorrCholeskyTransform": pd.transforms.CorrCholeskyTransform,
+}
+
+
+def _transform(spec, asarray):
+    """Pyro's transform of a :mod:`ppl_bdl.dsl.dist.transforms` spec."""
+    params = {
+        k: v if isinstance(v, int | float) else asarray(plain(v) if isinstance(v, Tensor) else v)
+        for k, v in spec.params.items()
+    }
+    return _TRANSFORMS[spec.name](**params)
+
+
+#: The DSL's reshaped specs (``expand``, ``to_event``, ``mask``): Pyro's own methods.
+_RESHAPED = frozenset({"ExpandedDistribution", "Independent", "MaskedDistribution"})
+
+
+def _reshaped(spec, asarray):
+    base = native_distribution(spec.params["base_dist"], asarray)
+    if spec.name == "ExpandedDistribution":
+        return expand(base, spec.params["batch_shape"], 0)
+    if spec.name == "Independent":
+        return base.to_event(spec.params["reinterpreted_batch_ndims"])
+    mask = spec.params["mask"]
+    if isinstance(mask, bool | np.bool_):
+        return base.mask(bool(mask))
+    mask = plain(mask) if isinstance(mask, Tensor) else asarray(np.asarray(mask))
+    return base.mask(mask.bool())
 
 
 def observed_value(spec, value, float_dtype):
@@ -205,7 +273,15 @@ def biject_to(support):
         return None
     if isinstance(support, MixtureSameFamilyConstraint):  # a mixture's values: its components'
         support = support.base_constraint
+    if isinstance(support, tc.independent):
+        inner = biject_to(support.base_constraint)
+        n = support.reinterpreted_batch_ndims
+        if inner is None or n == 0:
+            return inner
+        return IndependentTransform(inner, n)
     if support is tc.positive_definite:  # torch registers none (a latent Wishart)
         return extra.PositiveDefiniteTransform()
+    if support is tc.lower_cholesky:  # torch's LowerCholeskyTransform is not a bijection
+        return extra.LowerCholeskyTransform()
     transform = _biject_to(support)
     return None if transform is identity_transform else transform

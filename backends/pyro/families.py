@@ -240,6 +240,45 @@ class PositiveDefiniteTransform(Transform):
         return torch.Size(shape[:-2]) + (n * (n + 1) // 2,)
 
 
+class LowerCholeskyTransform(Transform):
+    """R^(n(n+1)/2) -> lower-triangular n × n matrices with a positive diagonal, as NumPyro's: the
+    first n(n-1)/2 entries fill the strict lower triangle row by row, the last n are the log of
+    the diagonal, so ``log |J|`` is their sum (torch's ``LowerCholeskyTransform`` maps n × n
+    matrices and is no bijection)."""
+
+    domain = tc.independent(tc.real, 1)
+    codomain = tc.lower_cholesky
+    bijective = True
+
+    def __eq__(self, other):
+        return isinstance(other, LowerCholeskyTransform)
+
+    def _call(self, x):
+        n = PositiveDefiniteTransform._size(x.shape[-1])
+        rows, cols = torch.tril_indices(n, n, -1)
+        L = torch.diag_embed(torch.exp(x[..., x.shape[-1] - n :]))
+        L[..., rows, cols] = x[..., : x.shape[-1] - n]
+        return L
+
+    def _inverse(self, y):
+        n = y.shape[-1]
+        rows, cols = torch.tril_indices(n, n, -1)
+        diag = torch.log(torch.diagonal(y, dim1=-2, dim2=-1))
+        return torch.cat([y[..., rows, cols], diag], -1)
+
+    def log_abs_det_jacobian(self, x, y):
+        n = y.shape[-1]
+        return x[..., x.shape[-1] - n :].sum(-1)
+
+    def forward_shape(self, shape):
+        n = PositiveDefiniteTransform._size(shape[-1])
+        return torch.Size(shape[:-1]) + (n, n)
+
+    def inverse_shape(self, shape):
+        n = shape[-1]
+        return torch.Size(shape[:-2]) + (n * (n + 1) // 2,)
+
+
 class LKJCholesky(pd.LKJCholesky):
     """torch's LKJCholesky with a correct onion-method sampler.
 

@@ -375,7 +375,7 @@ class Evaluator(Runtime):
             )
             u = backend.random.uniform(sub, u_shape, -2.0, 2.0)
             return u if transform is None else transform(u)
-        if msg.fn.name == "ImproperUniform":
+        if msg.fn.family == "ImproperUniform":
             raise ModelError(
                 f"site {msg.name!r} has an ImproperUniform (flat) prior, which has no draws. Give it a "
                 "proper prior for prior predictive checks, or pass a value for it."

@@ -14,7 +14,7 @@ Example
 (2,)
 """
 
-from ppl_bdl.dsl.dist import constraints
+from ppl_bdl.dsl.dist import constraints, transforms
 from ppl_bdl.dsl.dist.base import Distribution
 from ppl_bdl.dsl.dist.families import (
     LKJ,
@@ -59,6 +59,8 @@ from ppl_bdl.dsl.dist.families import (
     Wishart,
     ZeroInflatedPoisson,
 )
+from ppl_bdl.dsl.dist.shaped import ExpandedDistribution, Independent, MaskedDistribution
+from ppl_bdl.dsl.dist.transformed import TransformedDistribution
 
 __all__ = [
     "Bernoulli",
@@ -72,6 +74,7 @@ __all__ = [
     "Dirichlet",
     "DiscreteUniform",
     "Distribution",
+    "ExpandedDistribution",
     "Exponential",
     "Gamma",
     "GammaPoisson",
@@ -81,6 +84,7 @@ __all__ = [
     "HalfNormal",
     "HalfStudentT",
     "ImproperUniform",
+    "Independent",
     "InverseGamma",
     "LKJ",
     "LKJCholesky",
@@ -88,6 +92,7 @@ __all__ = [
     "LogNormal",
     "Logistic",
     "LowRankMultivariateNormal",
+    "MaskedDistribution",
     "MixtureSameFamily",
     "Multinomial",
     "MultivariateNormal",
@@ -97,6 +102,7 @@ __all__ = [
     "Pareto",
     "Poisson",
     "StudentT",
+    "TransformedDistribution",
     "TruncatedNormal",
     "Uniform",
     "VonMises",
@@ -104,4 +110,5 @@ __all__ = [
     "Wishart",
     "ZeroInflatedPoisson",
     "constraints",
+    "transforms",
 ]

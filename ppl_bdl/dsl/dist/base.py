@@ -53,6 +53,20 @@ class Distribution:
     Subclasses declare ``arg_constraints`` (parameter name -> constraint), ``support`` (the kind of
     support; parameter-dependent bounds come from :meth:`support_for`) and, for parameters with an
     event dimension (a mean vector, a covariance matrix), ``arg_event_dims``.
+
+    Shapes are NumPyro's: ``spec.expand(batch_shape)`` broadcasts the batch shape,
+    ``spec.to_event(n)`` makes the ``n`` rightmost batch dims event dims and ``spec.mask(m)``
+    zeroes the log density where the boolean ``m`` is False (:mod:`ppl_bdl.dsl.dist.shaped`).
+    They compose with ``sample``'s ``shape=``: outside plates a site's batch shape becomes its
+    event shape, so ``sample("w", d.expand([3]))`` is one 3-vector, as ``shape=(3,)`` makes it;
+    inside a plate the batch shape must broadcast to the plates' shape plus ``shape=``.
+
+    Example
+    -------
+    >>> from ppl_bdl import dist
+    >>> d = dist.Normal(0.0, 1.0).expand([4, 3]).to_event(1)
+    >>> d.batch_shape, d.event_shape
+    ((4,), (3,))
     """
 
     arg_constraints: ClassVar[dict[str, C.Constraint]] = {}
@@ -83,8 +97,61 @@ class Distribution:
         return type(self).__name__
 
     @property
+    def family(self) -> str:
+        """The family's name; a reshaped spec (``expand``, ``to_event``, ``mask``) keeps its base's."""
+        return self.name
+
+    @property
     def is_discrete(self) -> bool:
         return self.support.discrete
+
+    # -- reshaping (NumPyro's expand, to_event, mask; see ppl_bdl.dsl.dist.shaped) ----------------
+    def expand(self, batch_shape: tuple[int, ...] | int) -> Distribution:
+        """This distribution with its batch shape broadcast to ``batch_shape`` (NumPyro's
+        ``expand``): its own batch shape must broadcast to it.
+
+        Example
+        -------
+        >>> from ppl_bdl import dist
+        >>> dist.Normal(0.0, 1.0).expand([2, 3]).batch_shape
+        (2, 3)
+        """
+        from ppl_bdl.dsl.dist.shaped import ExpandedDistribution
+
+        return ExpandedDistribution(self, batch_shape)
+
+    def to_event(self, reinterpreted_batch_ndims: int | None = None) -> Distribution:
+        """Make the ``reinterpreted_batch_ndims`` rightmost batch dims event dims (all of them when
+        None), as NumPyro's ``to_event``: one draw spans them, its log density is their sum.
+
+        Example
+        -------
+        >>> from ppl_bdl import dist
+        >>> d = dist.Normal(0.0, 1.0).expand([2, 3]).to_event(1)
+        >>> d.batch_shape, d.event_shape
+        ((2,), (3,))
+        """
+        from ppl_bdl.dsl.dist.shaped import Independent
+
+        n = reinterpreted_batch_ndims
+        if n is None:
+            n = len(self.batch_shape)
+        return self if n == 0 else Independent(self, n)
+
+    def mask(self, mask: Any) -> Distribution:
+        """This distribution with its log density zeroed where the boolean ``mask`` is False
+        (NumPyro's ``mask``); ``mask`` broadcasts with the batch shape.
+
+        Example
+        -------
+        >>> import numpy as np
+        >>> from ppl_bdl import dist
+        >>> dist.Normal([0.0, 1.0], 1.0).mask(np.array([True, False])).log_prob(np.zeros(2)).round(4)
+        array([-0.9189,  0.    ])
+        """
+        from ppl_bdl.dsl.dist.shaped import MaskedDistribution
+
+        return MaskedDistribution(self, mask)
 
     # -- shapes ---------------------------------------------------------------------------------
     def _param_batch_shapes(self) -> list[tuple[int, ...]]:

@@ -39,6 +39,8 @@ class Constraint:
     event_dim: int = 0
     discrete: bool = False
     at: Callable[[tuple[int, ...]], str] | None = None
+    #: The bounds of a parameterised support (``between``: (low, high); ``at_least``: (low,)).
+    args: tuple = ()
 
     def describe(self, index: tuple[int, ...] | None = None) -> str:
         """The domain in words (at batch ``index`` when its bounds vary)."""
@@ -123,6 +125,12 @@ ordered_vector = Constraint("ordered_vector", _ordered, "a strictly increasing v
 positive_vector = Constraint(
     "positive_vector", lambda x: np.all(x > 0, axis=-1), "a vector of numbers > 0", event_dim=1
 )
+positive_ordered_vector = Constraint(
+    "positive_ordered_vector",
+    lambda x: _ordered(x) & np.all(x > 0, axis=-1),
+    "a strictly increasing vector of numbers > 0",
+    event_dim=1,
+)
 positive_definite = Constraint(
     "positive_definite", _positive_definite, "a symmetric positive-definite matrix", 2
 )
@@ -198,7 +206,7 @@ def between(low, high, integer: bool = False) -> Constraint:
     else:
         description = f"{kind} in [{_fmt(low.flat[0])}, {_fmt(high.flat[0])}]"
     name = "integer_interval" if integer else "interval"
-    return Constraint(name, check, description, discrete=integer, at=at)
+    return Constraint(name, check, description, discrete=integer, at=at, args=(low, high))
 
 
 def at_least(low) -> Constraint:
@@ -210,6 +218,7 @@ def at_least(low) -> Constraint:
         lambda x: x >= low,
         f"a number >= {described}",
         at=lambda index: f"a number >= {_fmt(_value_at(low, index))}",
+        args=(low,),
     )
 
 
@@ -257,6 +266,21 @@ def equal_to(v, event_dim: int = 0) -> Constraint:
 
     shown = _fmt(v) if v.ndim == 0 else "v"
     return Constraint("point", check, f"exactly the point {shown}", event_dim=event_dim)
+
+
+def independent(base: Constraint, reinterpreted_batch_ndims: int) -> Constraint:
+    """``base`` on each entry of the ``reinterpreted_batch_ndims`` rightmost dims (``to_event``)."""
+    n = reinterpreted_batch_ndims
+    if n == 0:
+        return base
+    axes = tuple(range(-n, 0))
+    return Constraint(
+        base.name,
+        lambda x: np.all(base.check(x), axis=axes),
+        f"{base.description} (in every entry of the last {n} dim(s) of an event)",
+        event_dim=base.event_dim + n,
+        discrete=base.discrete,
+    )
 
 
 # -- the unconstrained parameterisation of ``param`` -----------------------------------------

@@ -28,24 +28,128 @@ from ppl_bdl.errors import DistributionError
 Array = Any
 
 
-class ImproperUniform(Distribution):
-    """A flat (improper) prior on ``support`` ("real" or "positive"); give the shape at ``sample``.
+#: The supports of an ImproperUniform latent, by name: each backend maps it onto R^k by its bijection
+#: (exp, sigmoid, ordered, stick-breaking, the Cholesky ones) for NUTS, the guides and the kernels.
+IMPROPER_SUPPORTS: dict[str, C.Constraint] = {
+    c.name: c
+    for c in (
+        C.real,
+        C.positive,
+        C.unit_interval,
+        C.ordered_vector,
+        C.positive_ordered_vector,
+        C.simplex,
+        C.corr_cholesky,
+        C.lower_cholesky,
+        C.positive_definite,
+        C.corr_matrix,
+    )
+}
 
-    Its log density is 0: use it for flat priors, and never for prior predictive draws.
+
+def _support_names() -> str:
+    return ", ".join(repr(n) for n in IMPROPER_SUPPORTS) + (
+        ", or dist.constraints.between(low, high) / at_least(low)"
+    )
+
+
+class ImproperUniform(Distribution):
+    """A flat (improper) prior on ``support``, each value of shape ``shape``.
+
+    ``support`` is a name (``"real"``, ``"positive"``, ``"unit_interval"``, ``"ordered_vector"``,
+    ``"positive_ordered_vector"``, ``"simplex"``, ``"corr_cholesky"``, ``"lower_cholesky"``,
+    ``"positive_definite"``, ``"corr_matrix"``) or a bounded support of
+    :mod:`ppl_bdl.dsl.dist.constraints` with scalar bounds (``between(low, high)``,
+    ``at_least(low)``). ``shape`` is the shape of one value (its event shape): at least one dim
+    for the vector supports (``(K,)``), a square ``(d, d)`` for the matrix ones. A latent site with
+    it is moved in the unconstrained space through the backend's bijection onto the support (its
+    log-Jacobian included) and keeps its constrained shape in the posterior.
+
+    Its log density is 0: use it for flat priors (a likelihood or a ``factor`` makes the posterior
+    proper), and never for prior predictive draws. The scalar supports may also take their shape
+    from ``sample``'s ``shape=``.
+
+    Example
+    -------
+    >>> from ppl_bdl import dist
+    >>> cutpoints = dist.ImproperUniform("ordered_vector", shape=(3,))
+    >>> cutpoints.batch_shape, cutpoints.event_shape
+    ((), (3,))
     """
 
-    def __init__(self, support: str = "real"):
-        if support not in ("real", "positive"):
-            raise DistributionError(
-                f"ImproperUniform: support must be 'real' or 'positive', got {support!r}."
-            )
+    def __init__(self, support: str | C.Constraint = "real", shape: tuple[int, ...] | int = ()):
+        self._name, self._bounds = _support_name(support)
+        self._event = _event_shape_arg(shape)
         super().__init__()
-        self.support = C.real if support == "real" else C.positive
-        self.params = {"support": support}
+        self.params = {"support": self._name, "shape": self._event}
+        if self._bounds:
+            self.params.update(zip(("low", "high"), self._bounds, strict=False))
+
+    def _check_relations(self) -> str | None:
+        if self._name not in IMPROPER_SUPPORTS and self._name not in ("interval", "greater_than"):
+            return (
+                f"support {self._name!r} has no bijection onto the unconstrained space here; "
+                f"supported: {_support_names()}."
+            )
+        event_dim, shape = self.support.event_dim, self._event
+        if len(shape) < event_dim:
+            example = "(K,)" if event_dim == 1 else "(d, d)"
+            return (
+                f"support {self._name!r} needs shape= with at least {event_dim} dimension(s) (one "
+                f"value's shape, e.g. shape={example}), got shape={shape}."
+            )
+        if event_dim == 2 and shape[-1] != shape[-2]:
+            return f"support {self._name!r} holds square matrices, got shape={shape}."
+        return None
+
+    @property
+    def support(self) -> C.Constraint:
+        if self._name == "interval":
+            return C.between(*self._bounds)
+        if self._name == "greater_than":
+            return C.at_least(*self._bounds)
+        return IMPROPER_SUPPORTS.get(self._name, C.real)
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
         return ()
+
+    @property
+    def event_shape(self) -> tuple[int, ...]:
+        return self._event
+
+
+def _support_name(support: str | C.Constraint) -> tuple[str, tuple[float, ...]]:
+    """(name, scalar bounds) of an ImproperUniform's ``support`` argument."""
+    if isinstance(support, str):
+        return support, ()
+    if isinstance(support, C.Constraint) and support.name in IMPROPER_SUPPORTS:
+        return support.name, ()
+    if isinstance(support, C.Constraint) and support.name in ("interval", "greater_than"):
+        if all(np.ndim(b) == 0 for b in support.args):
+            return support.name, tuple(float(b) for b in support.args)
+        raise DistributionError(
+            f"ImproperUniform: the bounds of {support.description!r} must be scalars; give each "
+            "site one support (or use a proper prior, e.g. dist.Uniform(low, high))."
+        )
+    shown = support.name if isinstance(support, C.Constraint) else type(support).__name__
+    raise DistributionError(
+        f"ImproperUniform: support must be one of {_support_names()}; got {shown!r}."
+    )
+
+
+def _event_shape_arg(shape: tuple[int, ...] | int) -> tuple[int, ...]:
+    if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(int(s) for s in shape)
+        if any(s < 1 or s != t for s, t in zip(out, shape, strict=True)):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise DistributionError(
+            f"ImproperUniform: shape must be a tuple of ints >= 1 (one value's shape), got {shape!r}."
+        ) from None
+    return out
 
 
 class Delta(Distribution):
