@@ -1,0 +1,175 @@
+"""hessian="kron" (KFAC of nn.Dense layers): exact for one Dense layer with one output, the
+factors against A and G computed by hand on an MLP, the draws, the log determinant, the other
+sites' block, a larger network without a (d, d) matrix, and the errors."""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+import ppl_bdl as bdl
+from ppl_bdl import dist, nn
+from ppl_bdl.errors import ConfigError
+from ppl_bdl.inference.laplace.curvature import curvature
+from ppl_bdl.inference.setup import prepare
+from ppl_bdl.posterior.diagnostics import ConvergenceWarning
+
+RNG = np.random.default_rng(1)
+X = RNG.normal(size=(30, 2))
+LABELS = (X[:, 0] + X[:, 1] > 0).astype(int) + (X[:, 0] > 1).astype(int)
+XL = RNG.normal(size=(20, 3))
+YL = XL @ np.array([1.0, -2.0, 0.5]) + 0.3 * RNG.normal(size=20)
+
+
+@bdl.model
+def linear(X, y=None):
+    f = nn.Dense("fc", 3, 1, prior=2.0).sample()
+    with bdl.plate("data", X.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(f(X[idx])[..., 0], 0.3), obs=None if y is None else y[idx])
+
+
+@bdl.model
+def noisy(X, y=None):
+    f = nn.Dense("fc", 3, 1, prior=2.0).sample()
+    noise = bdl.sample("noise", dist.LogNormal(0.0, 1.0))
+    with bdl.plate("data", X.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(f(X[idx])[..., 0], noise), obs=None if y is None else y[idx])
+
+
+@bdl.model
+def classifier(X, y=None):
+    logits = nn.MLP("net", [2, 4, 3], activation="tanh", prior=1.5).sample()
+    with bdl.plate("data", X.shape[0]) as idx:
+        bdl.sample("y", dist.Categorical(logits=logits(X[idx])), obs=None if y is None else y[idx])
+
+
+def _fit(bound, **options):
+    options = {"backend": "numpyro", "precision": "float64", "progress": False, **options}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return bdl.fit(bound, method="laplace", **options)
+
+
+@pytest.fixture(scope="module")
+def mlp_fit():
+    return _fit(classifier(X, LABELS), hessian="kron", num_steps=300, lr=0.05, num_samples=10)
+
+
+@pytest.mark.parametrize("backend", ["numpyro", "pyro"])
+def test_one_dense_layer_with_one_output_is_the_exact_ggn(backend):
+    full = _fit(linear(XL, YL), backend=backend, num_steps=300, lr=0.05)
+    kron = _fit(linear(XL, YL), backend=backend, num_steps=0, init=full, hessian="kron")
+    assert [b.coords.shape for b in kron.guide.blocks] == [(4, 1)]
+    np.testing.assert_allclose(kron.guide.precision_matrix(), full.guide.precision, rtol=1e-10)
+    assert kron.guide.log_det_precision() == pytest.approx(full.guide.log_det_precision(), 1e-10)
+
+
+def _by_hand(mode, layout):
+    """A/N and G of the MLP's two layers from NumPy: G = Σ_n Jₙᵀ Λₙ Jₙ, Λ = diag(p) − p pᵀ."""
+    slots = {s.name: s for s in layout.slots}
+
+    def value(name, shape):
+        slot = slots[name]
+        return mode[slot.offset : slot.offset + slot.size].reshape(shape)
+
+    w0, b0 = value("net.0.weight", (2, 4)), value("net.0.bias", (4,))
+    w1, b1 = value("net.1.weight", (4, 3)), value("net.1.bias", (3,))
+    hidden = np.tanh(X @ w0 + b0)
+    logits = hidden @ w1 + b1
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    lam = np.einsum("ni,ij->nij", p, np.eye(3)) - np.einsum("ni,nj->nij", p, p)
+    back = np.einsum("ij,ni->nij", w1, 1 - hidden**2)  # ∂f_j/∂s₀_i: (n, 4, 3)
+    g0 = np.einsum("nik,nkl,njl->ij", back, lam, back)
+    ones = np.ones((len(X), 1))
+    a0, a1 = np.hstack([X, ones]), np.hstack([hidden, ones])
+    n = len(X)
+    return [(a0.T @ a0 / n, g0), (a1.T @ a1 / n, lam.sum(0))]
+
+
+def test_mlp_blocks_are_a_kron_g_by_hand(mlp_fit):
+    approx = mlp_fit.guide
+    layout = prepare(classifier(X, LABELS), "numpyro", "float64", 0).layout
+    expected = _by_hand(approx.mode, layout)
+    assert len(approx.blocks) == 2 and len(approx.rest_index) == 0
+    for block, (a, g) in zip(approx.blocks, expected, strict=True):
+        got_a, got_g = block.factors()
+        np.testing.assert_allclose(got_a, a, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(got_g, g, rtol=1e-8, atol=1e-12)
+        assert block.delta == pytest.approx(1 / 1.5**2)
+        np.testing.assert_allclose(
+            block.matrix(),
+            np.kron(a, g) + block.delta * np.eye(a.size // len(a) * len(g)),
+            atol=1e-10,
+        )
+    # the weight's rows then the bias, as W̃ = [W; b]
+    slot = {s.name: s for s in layout.slots}["net.1.bias"]
+    np.testing.assert_array_equal(approx.blocks[1].coords[-1], slot.offset + np.arange(3))
+
+
+def test_log_det_and_draws_match_the_assembled_precision(mlp_fit):
+    approx = mlp_fit.guide
+    precision = approx.precision_matrix()
+    assert approx.log_det_precision() == pytest.approx(np.linalg.slogdet(precision)[1], 1e-10)
+    cov = np.linalg.inv(precision)
+    draws = approx.sample(20000, seed=3) - approx.mode
+    n = len(draws)
+    se = np.sqrt((np.outer(np.diag(cov), np.diag(cov)) + cov**2) / n)
+    assert np.all(np.abs(np.cov(draws.T) - cov) < 5 * se)
+    assert np.all(np.abs(draws.mean(0)) < 5 * np.sqrt(np.diag(cov) / n))
+
+
+def test_other_sites_keep_their_own_block_and_the_glm_predictive_runs():
+    kron = _fit(noisy(XL, YL), num_steps=300, lr=0.05, hessian="kron")
+    approx = kron.guide
+    setup = prepare(noisy(XL, YL), "numpyro", "float64", 0)
+    layout = setup.layout
+    noise = {s.name: s for s in layout.slots}["noise"].offset
+    assert approx.rest_structure == "full" and approx.rest_index.tolist() == [noise]
+    # the noise's own curvature equals the full GGN's; its cross terms with the layer are dropped
+    full = curvature(setup, approx.mode, "full", "ggn")
+    np.testing.assert_allclose(approx.precision, full[[noise]][:, [noise]], rtol=1e-10)
+    pred = kron.predict(noisy(XL[:4]), pred_type="glm")
+    assert pred.sd.shape == (4,) and np.all(np.isfinite(pred.sd))
+
+
+@pytest.mark.slow
+def test_a_784_100_10_network_without_a_dense_matrix():
+    data = np.random.default_rng(0)
+    images, labels = data.normal(size=(64, 784)), data.integers(0, 10, 64)
+
+    @bdl.model
+    def mnist(X, y=None):
+        logits = nn.MLP("net", [784, 100, 10], activation="relu", prior=1.0).sample()
+        with bdl.plate("data", X.shape[0]) as idx:
+            bdl.sample("y", dist.Categorical(logits=logits(X[idx])), obs=y[idx])
+
+    tracemalloc.start()
+    post = _fit(mnist(images, labels), hessian="kron", num_steps=2, num_samples=4, batch_size=32)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    approx = post.guide
+    assert sum(b.coords.size for b in approx.blocks) == len(approx.mode) == 79510
+    assert np.isfinite(approx.log_det_precision())
+    assert peak < 200e6  # the (d, d) matrix alone would be 50 GB
+
+
+def test_conv_layers_and_other_curvatures_are_refused():
+    @bdl.model
+    def cnn(X, y=None):
+        f = nn.Sequential(
+            "cnn", [nn.Conv2d("conv", 1, 2, 3), "relu", nn.Flatten(), nn.Dense("fc", 8, 2)]
+        ).sample()
+        with bdl.plate("data", X.shape[0]) as idx:
+            bdl.sample("y", dist.Categorical(logits=f(X[idx])), obs=y[idx])
+
+    images = np.random.default_rng(0).normal(size=(6, 1, 4, 4))
+    with pytest.raises(ConfigError, match="supports nn.Dense.*Conv2d"):
+        _fit(cnn(images, np.arange(6) % 2), hessian="kron", num_steps=1)
+    last = _fit(cnn(images, np.arange(6) % 2), hessian="kron", num_steps=1, subset="last_layer")
+    assert [b.coords.shape for b in last.guide.blocks] == [(9, 2)]
+    with pytest.raises(ConfigError, match="curvature='ggn'"):
+        bdl.Laplace(hessian="kron", curvature="hessian")
