@@ -157,19 +157,69 @@ def test_a_784_100_10_network_without_a_dense_matrix():
     assert peak < 200e6  # the (d, d) matrix alone would be 50 GB
 
 
-def test_conv_layers_and_other_curvatures_are_refused():
+SIGMA = 0.5
+IMAGES = np.random.default_rng(2).normal(size=(12, 1, 4, 4))
+TARGETS = IMAGES.mean(axis=(1, 2, 3))
+
+
+@bdl.model
+def one_position(X, y=None):
+    f = nn.Conv2d("conv", 1, 1, kernel_size=4, prior=1.0).sample()
+    with bdl.plate("data", X.shape[0]) as idx:
+        loc = f(X[idx])[:, 0, 0, 0]
+        bdl.sample("y", dist.Normal(loc, SIGMA), obs=None if y is None else y[idx])
+
+
+@bdl.model
+def convnet(X, y=None):
+    layers = [nn.Conv2d("conv", 1, 2, 3, stride=2, padding=1), nn.Flatten(), nn.Dense("fc", 8, 1)]
+    f = nn.Sequential("cnn", layers, prior=1.0).sample()
+    with bdl.plate("data", X.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(f(X[idx])[:, 0], SIGMA), obs=None if y is None else y[idx])
+
+
+def test_conv_with_one_position_and_one_channel_is_the_exact_ggn():
+    start = {"conv.weight": np.zeros((1, 1, 4, 4)), "conv.bias": np.zeros(1)}
+    kron = _fit(one_position(IMAGES, TARGETS), hessian="kron", num_steps=0, init=start)
+    full = _fit(one_position(IMAGES, TARGETS), num_steps=0, init=start)
+    assert [b.coords.shape for b in kron.guide.blocks] == [(1, 17)]
+    np.testing.assert_allclose(kron.guide.precision_matrix(), full.guide.precision, rtol=1e-10)
+
+
+def test_conv_factors_are_kfc_by_hand():
+    post = _fit(convnet(IMAGES, TARGETS), hessian="kron", num_steps=20, lr=0.05, num_samples=4)
+    layout = prepare(convnet(IMAGES, TARGETS), "numpyro", "float64", 0).layout
+    slots = {s.name: s for s in layout.slots}
+    conv, fc = post.guide.blocks
+    fc_weight = slots["cnn.fc.weight"]
+    w = post.guide.mode[fc_weight.offset : fc_weight.offset + 8].reshape(2, 4)  # (channel, t)
+    padded = np.pad(IMAGES, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    patches = [
+        np.append(padded[n, 0, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3].ravel(), 1.0)
+        for n in range(len(IMAGES))
+        for i in range(2)
+        for j in range(2)
+    ]
+    a = sum(np.outer(p, p) for p in patches) / (4 * len(IMAGES))
+    g = len(IMAGES) * w @ w.T / SIGMA**2  # ∂loc/∂s is fc's weight at every position
+    got_g, got_a = conv.factors()
+    np.testing.assert_allclose(got_a, a, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got_g, g, rtol=1e-9, atol=1e-12)
+    weight, bias = slots["cnn.conv.weight"], slots["cnn.conv.bias"]
+    np.testing.assert_array_equal(conv.coords[:, :9].ravel(), weight.offset + np.arange(18))
+    np.testing.assert_array_equal(conv.coords[:, 9], bias.offset + np.arange(2))
+    assert fc.coords.shape == (9, 1)
+
+
+def test_unsupported_layers_and_curvatures_are_refused():
     @bdl.model
-    def cnn(X, y=None):
-        f = nn.Sequential(
-            "cnn", [nn.Conv2d("conv", 1, 2, 3), "relu", nn.Flatten(), nn.Dense("fc", 8, 2)]
-        ).sample()
+    def grouped(X, y=None):
+        f = nn.Sequential("cnn", [nn.Conv2d("conv", 2, 2, 3, groups=2), nn.Flatten()]).sample()
         with bdl.plate("data", X.shape[0]) as idx:
             bdl.sample("y", dist.Categorical(logits=f(X[idx])), obs=y[idx])
 
-    images = np.random.default_rng(0).normal(size=(6, 1, 4, 4))
-    with pytest.raises(ConfigError, match="supports nn.Dense.*Conv2d"):
-        _fit(cnn(images, np.arange(6) % 2), hessian="kron", num_steps=1)
-    last = _fit(cnn(images, np.arange(6) % 2), hessian="kron", num_steps=1, subset="last_layer")
-    assert [b.coords.shape for b in last.guide.blocks] == [(9, 2)]
+    images = np.random.default_rng(0).normal(size=(6, 2, 3, 3))
+    with pytest.raises(ConfigError, match="groups=1"):
+        _fit(grouped(images, np.arange(6) % 2), hessian="kron", num_steps=1)
     with pytest.raises(ConfigError, match="curvature='ggn'"):
         bdl.Laplace(hessian="kron", curvature="hessian")

@@ -1,27 +1,29 @@
 """``hessian="kron"``: the Kronecker-factored generalised Gauss-Newton (KFAC) of ``nn.Dense``
-layers (Martens & Grosse 2015; Ritter, Botev & Barber 2018; Daxberger et al. 2021).
+and ``nn.Conv2d`` layers (Martens & Grosse 2015; Grosse & Martens 2016; Ritter, Botev & Barber
+2018; Daxberger et al. 2021).
 
-Each Dense layer s = x W + b gets its own block of the precision, over its weight and bias
-together as W̃ = [W; b] ((in + 1, out), the input a = [x, 1]):
+Each layer gets its own block of the precision, over its weight and bias together as one
+matrix W̃ (for a Dense layer s = x W + b, W̃ = [W; b], (in + 1, out), its input a = [x, 1]):
 
     P_layer ≈ (A / N) ⊗ G + δ I,   A = Σ_n a_n a_nᵀ,   G = Σ_n Σ_c g_nc g_ncᵀ,
 
-summed over the N data points (every leading axis of the layer's input counts as one), where
-g_nc = (∂f_n/∂s_n)ᵀ L_n[:, c] backpropagates the c-th column of a square root L_n L_nᵀ = Λ_n
-of the likelihood's Hessian in its outputs f_n (the GGN's Λ, see
-:mod:`~ppl_bdl.inference.laplace.curvature`) to the layer's pre-activation: the exact-type
-KFAC of the GGN, with laplace-torch's (asdl's) scaling (the input factor divided by N). With
-one output per data point and one layer it is the exact GGN. Λ_n is computed by autodiff (one
-Hessian-vector product per output dimension), so every family of
-:data:`~ppl_bdl.inference.laplace.curvature.OUTPUTS` works. δ is the layer's Normal prior
-precision (one value over weight and bias) plus ``damping``.
+summed over the N data points, where g_nc = (∂f_n/∂s_n)ᵀ L_n[:, c] backpropagates the c-th
+column of a square root L_n L_nᵀ = Λ_n of the likelihood's Hessian in its outputs f_n (the
+GGN's Λ, see :mod:`~ppl_bdl.inference.laplace.curvature`) to the layer's pre-activation: the
+exact-type KFAC of the GGN, with laplace-torch's (asdl's) scaling (the input factor divided by
+N). With one output per data point and one layer it is the exact GGN. Λ_n is computed by
+autodiff (one Hessian-vector product per output dimension), so every family of
+:data:`~ppl_bdl.inference.laplace.curvature.OUTPUTS` works. Convolutions use the KFC expansion
+(patches as inputs, positions as extra data points; :mod:`~ppl_bdl.inference.laplace.kron_layers`).
+δ is the layer's Normal prior precision (one value over weight and bias) plus ``damping``.
+The layers are found by running the model inside a :class:`~ppl_bdl.dsl.nn.probe.LayerProbe`.
 
-A block is kept as its factors' eigendecompositions A/N = Q_A diag(λ_A) Q_Aᵀ, G = Q_G diag(λ_G)
-Q_Gᵀ (Ritter et al. 2018, Sec. 3): the block's eigenvalues are λ_A ⊗ λ_G + δ, so its log
-determinant is Σ log(λ_A λ_Gᵀ + δ) and a draw is W̃* + Q_A (Z ⊘ √(λ_A λ_Gᵀ + δ)) Q_Gᵀ with Z
-standard normal (in, out): two small matmuls per layer, never a (d, d) matrix. The layers'
-blocks are independent of each other and of every other latent site; those keep a full block
-(up to :data:`REST_FULL_LIMIT` coordinates) or a diagonal one.
+A block is kept as its two factors' eigendecompositions F = Q diag(λ) Qᵀ (Ritter et al. 2018,
+Sec. 3): the block's eigenvalues are λ_left λ_rightᵀ + δ, so its log determinant is their logs'
+sum and a draw is W̃* + Q_left (Z ⊘ √(λ_left λ_rightᵀ + δ)) Q_rightᵀ with Z standard normal
+shaped as W̃: two small matmuls per layer, never a (d, d) matrix. The layers' blocks are
+independent of each other and of every other latent site; those keep a full block (up to
+:data:`REST_FULL_LIMIT` coordinates) or a diagonal one.
 
 Example
 -------
@@ -46,11 +48,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from ppl_bdl.dsl.nn.layers import Dense
 from ppl_bdl.dsl.nn.probe import LayerProbe
 from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.laplace.approximation import LaplaceApproximation, checked_precision
 from ppl_bdl.inference.laplace.curvature import Potentials, _chunks, check_outputs, curvature
+from ppl_bdl.inference.laplace.kron_layers import (
+    check_layer,
+    coordinates,
+    input_factor,
+    kronecker_order,
+    output_factor,
+)
 from ppl_bdl.inference.laplace.marglik import normal_prior
 
 #: The most coordinates outside the nn layers that keep a full block (beyond: its diagonal).
@@ -61,36 +69,41 @@ DRAWS_PER_CHUNK = 128
 
 @dataclass
 class KronBlock:
-    """One layer's block (A ⊗ G + δ I) over the flat coordinates ``coords`` ((rows, cols): its
-    C-order ravel is the order of the Kronecker product's rows), from the factors' eigenvalues
-    and eigenvectors."""
+    """One layer's block (left ⊗ right + δ I) over the flat coordinates ``coords`` ((rows,
+    cols): its C-order ravel is the order of the Kronecker product's rows), from the factors'
+    eigenvalues and eigenvectors (Dense: left = A / N, right = G; Conv2d: G and A / N)."""
 
     coords: np.ndarray
-    values_a: np.ndarray
-    vectors_a: np.ndarray
-    values_g: np.ndarray
-    vectors_g: np.ndarray
+    values_left: np.ndarray
+    vectors_left: np.ndarray
+    values_right: np.ndarray
+    vectors_right: np.ndarray
     delta: float
 
     @classmethod
-    def from_factors(cls, coords, a, g, delta: float) -> KronBlock:
-        values_a, vectors_a = np.linalg.eigh(0.5 * (a + a.T))
-        values_g, vectors_g = np.linalg.eigh(0.5 * (g + g.T))
+    def from_factors(cls, coords, left, right, delta: float) -> KronBlock:
+        values_left, vectors_left = np.linalg.eigh(0.5 * (left + left.T))
+        values_right, vectors_right = np.linalg.eigh(0.5 * (right + right.T))
         # the factors are sums of outer products: PSD up to round-off
-        values_a, values_g = np.clip(values_a, 0.0, None), np.clip(values_g, 0.0, None)
-        return cls(np.asarray(coords, int), values_a, vectors_a, values_g, vectors_g, delta)
+        values_left, values_right = (
+            np.clip(values_left, 0.0, None),
+            np.clip(values_right, 0.0, None),
+        )
+        return cls(
+            np.asarray(coords, int), values_left, vectors_left, values_right, vectors_right, delta
+        )
 
     def eigenvalues(self) -> np.ndarray:
-        """The block's eigenvalues λ_A λ_Gᵀ + δ, (rows, cols)."""
-        return np.outer(self.values_a, self.values_g) + self.delta
+        """The block's eigenvalues λ_left λ_rightᵀ + δ, (rows, cols)."""
+        return np.outer(self.values_left, self.values_right) + self.delta
 
     def factors(self) -> tuple[np.ndarray, np.ndarray]:
-        """A and G (the input-side factor already divided by N)."""
-        a = (self.vectors_a * self.values_a) @ self.vectors_a.T
-        return a, (self.vectors_g * self.values_g) @ self.vectors_g.T
+        """The left and right factors (the input side already divided by N)."""
+        left = (self.vectors_left * self.values_left) @ self.vectors_left.T
+        return left, (self.vectors_right * self.values_right) @ self.vectors_right.T
 
     def matrix(self) -> np.ndarray:
-        """A ⊗ G + δ I as a matrix (small layers only: tests, ``precision_matrix``)."""
+        """left ⊗ right + δ I as a matrix (small layers only: tests, ``precision_matrix``)."""
         a, g = self.factors()
         return np.kron(a, g) + self.delta * np.eye(self.coords.size)
 
@@ -100,12 +113,12 @@ class KronBlock:
     def shift(self, z: np.ndarray) -> np.ndarray:
         """(num, rows, cols) standard normals -> draws of N(0, block⁻¹) laid out as ``coords``."""
         scaled = z / np.sqrt(self.eigenvalues())
-        return self.vectors_a @ scaled @ self.vectors_g.T
+        return self.vectors_left @ scaled @ self.vectors_right.T
 
 
 @dataclass
 class KronLaplaceApproximation(LaplaceApproximation):
-    """N(θ*, P⁻¹) with P block diagonal: one :class:`KronBlock` per Dense layer (``blocks``),
+    """N(θ*, P⁻¹) with P block diagonal: one :class:`KronBlock` per layer (``blocks``),
     and a full or diagonal block (``rest_structure``) over the other Gaussian coordinates
     (``rest_index``; ``precision`` is that block)."""
 
@@ -126,7 +139,12 @@ class KronLaplaceApproximation(LaplaceApproximation):
     def phi(self) -> np.ndarray:
         parts = [self.mode, np.ravel(self.precision)]
         for b in self.blocks:
-            parts += [b.values_a, b.vectors_a.ravel(), b.values_g, b.vectors_g.ravel()]
+            parts += [
+                b.values_left,
+                b.vectors_left.ravel(),
+                b.values_right,
+                b.vectors_right.ravel(),
+            ]
         return np.concatenate(parts)
 
     def precision_matrix(self) -> np.ndarray:
@@ -179,7 +197,8 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
     for path, layer in layers.items():
         coords = layer_coordinates(setup, path, layer, set(sites))
         delta = layer_prior_precision(setup, path, coords) + (damping or 0.0)
-        blocks.append(KronBlock.from_factors(coords, a_sums[path] / count, g_sums[path], delta))
+        left, right = kronecker_order(layer, a_sums[path] / count, g_sums[path])
+        blocks.append(KronBlock.from_factors(coords, left, right, delta))
         if np.min(blocks[-1].eigenvalues()) <= 0:
             raise InferenceError(
                 f"method='laplace' with hessian='kron': layer {path!r}'s block is singular (its "
@@ -208,17 +227,15 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
 
 
 def layer_coordinates(setup, path: str, layer, sites: set) -> np.ndarray:
-    """The flat coordinates of W̃ = [W; b] of Dense layer ``path``, (in + 1, out) (or (in, out)
-    when its bias is not among the Gaussian ``sites``)."""
+    """The flat coordinates of layer ``path``'s W̃ (:mod:`~ppl_bdl.inference.laplace.kron_layers`;
+    without the bias when it is not among the Gaussian ``sites``)."""
     slots = {s.name: s for s in setup.layout.slots}
 
     def run(name):
         return np.arange(slots[name].offset, slots[name].offset + slots[name].size)
 
-    coords = run(f"{path}.weight").reshape(layer.in_features, layer.out_features)
-    if f"{path}.bias" in sites:
-        coords = np.vstack([coords, run(f"{path}.bias")[None]])
-    return coords
+    bias = run(f"{path}.bias") if f"{path}.bias" in sites else None
+    return coordinates(layer, run(f"{path}.weight"), bias)
 
 
 def layer_prior_precision(setup, path: str, coords: np.ndarray) -> float:
@@ -236,24 +253,18 @@ def layer_prior_precision(setup, path: str, coords: np.ndarray) -> float:
 
 
 def kron_layers(calls, sites: set) -> dict:
-    """The Dense layers (path -> layer) whose weight is a Gaussian site, in the order they ran;
-    a ConfigError for any other layer whose weight is."""
+    """The layers (path -> layer) whose weight is a Gaussian site, in the order they ran; a
+    ConfigError for one that ``"kron"`` cannot factor."""
     layers = {}
     for call in calls:
-        if f"{call.path}.weight" not in sites:
-            continue
-        if not isinstance(call.layer, Dense):
-            raise ConfigError(
-                f"hessian='kron' supports nn.Dense layers; {call.layer.describe(call.path)} is a "
-                f"{type(call.layer).__name__}. Use hessian='diag', or subset='last_layer' when "
-                "the last layer is Dense."
-            )
-        layers[call.path] = call.layer
+        if f"{call.path}.weight" in sites:
+            check_layer(call)
+            layers[call.path] = call.layer
     return layers
 
 
 def kron_factors(setup, mode, sites: set, batch_size):
-    """Each Dense layer's Σ a aᵀ and Σ g gᵀ over the data (path -> array), and N."""
+    """Each layer's input and output factors summed over the data (path -> array), and N."""
     backend = setup.backend
     a_sums: dict = {}
     g_sums: dict = {}
@@ -274,11 +285,10 @@ def kron_factors(setup, mode, sites: set, batch_size):
             grads = backprop(pots, anchor, batch, table, probe.calls, chosen, roots)
             for i, g in zip(chosen, grads, strict=True):
                 call = probe.calls[i]
-                x = np.asarray(backend.to_numpy(call.x), float).reshape(-1, call.layer.in_features)
-                if f"{call.path}.bias" in sites:
-                    x = np.hstack([x, np.ones((len(x), 1))])
-                a_sums[call.path] = a_sums.get(call.path, 0.0) + x.T @ x
-                g_sums[call.path] = g_sums.get(call.path, 0.0) + np.einsum("rni,rnj->ij", g, g)
+                x = np.asarray(backend.to_numpy(call.x), float)
+                a = input_factor(call.layer, x, f"{call.path}.bias" in sites)
+                a_sums[call.path] = a_sums.get(call.path, 0.0) + a
+                g_sums[call.path] = g_sums.get(call.path, 0.0) + output_factor(call.layer, g)
     return layers, a_sums, g_sums, count
 
 
@@ -345,7 +355,7 @@ def square_roots(hessians: np.ndarray) -> np.ndarray:
 
 
 def backprop(pots, anchor, batch, table, calls, chosen, roots) -> list[np.ndarray]:
-    """For each chosen layer call, g = (∂f/∂s)ᵀ L[:, :, r] for every column r, (R, rows, out):
+    """For each chosen layer call, g = (∂f/∂s)ᵀ L[:, :, r] for every column r, (R, *s.shape):
     the gradient of ⟨f, L_r⟩ with respect to a shift of the layer's pre-activation s."""
     backend = pots.backend
     m = backend.math
@@ -371,6 +381,5 @@ def backprop(pots, anchor, batch, table, calls, chosen, roots) -> list[np.ndarra
     grads = np.stack(found)
     out = []
     for i, size in zip(chosen, sizes, strict=True):
-        width = calls[i].out_shape[-1]
-        out.append(grads[:, starts[i] : starts[i] + size].reshape(table.width, -1, width))
+        out.append(grads[:, starts[i] : starts[i] + size].reshape(table.width, *calls[i].out_shape))
     return out
