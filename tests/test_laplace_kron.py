@@ -110,6 +110,30 @@ def test_mlp_blocks_are_a_kron_g_by_hand(mlp_fit):
     np.testing.assert_array_equal(approx.blocks[1].coords[-1], slot.offset + np.arange(3))
 
 
+def test_chunks_and_backends_give_the_same_factors():
+    rng = np.random.default_rng(5)
+    shapes = {
+        "net.0.weight": (2, 4),
+        "net.0.bias": (4,),
+        "net.1.weight": (4, 3),
+        "net.1.bias": (3,),
+    }
+    start = {name: rng.normal(size=shape) for name, shape in shapes.items()}
+    whole, chunked = (
+        _fit(
+            classifier(X, LABELS),
+            backend=backend,
+            hessian="kron",
+            num_steps=0,
+            init=start,
+            num_samples=4,
+            batch_size=size,
+        ).guide.precision_matrix()
+        for backend, size in (("numpyro", None), ("pyro", 7))
+    )
+    np.testing.assert_allclose(chunked, whole, rtol=1e-10, atol=1e-12)
+
+
 def test_log_det_and_draws_match_the_assembled_precision(mlp_fit):
     approx = mlp_fit.guide
     precision = approx.precision_matrix()
