@@ -14,6 +14,7 @@ import ppl_bdl as bdl
 from ppl_bdl import dist, nn
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.laplace.curvature import curvature
+from ppl_bdl.inference.laplace.marglik import rescale_prior
 from ppl_bdl.inference.setup import prepare
 from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 
@@ -90,6 +91,12 @@ def _by_hand(mode, layout):
     return [(a0.T @ a0 / n, g0), (a1.T @ a1 / n, lam.sum(0))]
 
 
+def test_kron_posterior_saves_and_loads(mlp_fit, tmp_path):
+    back = bdl.load(mlp_fit.save(tmp_path / "kron.nc"), model=classifier(X, LABELS))
+    np.testing.assert_allclose(back.samples["net.0.weight"], mlp_fit.samples["net.0.weight"])
+    assert back.method == "laplace"
+
+
 def test_mlp_blocks_are_a_kron_g_by_hand(mlp_fit):
     approx = mlp_fit.guide
     layout = prepare(classifier(X, LABELS), "numpyro", "float64", 0).layout
@@ -132,6 +139,24 @@ def test_chunks_and_backends_give_the_same_factors():
         for backend, size in (("numpyro", None), ("pyro", 7))
     )
     np.testing.assert_allclose(chunked, whole, rtol=1e-10, atol=1e-12)
+
+
+def test_marglik_prior_scale_matches_the_assembled_precision():
+    rng = np.random.default_rng(6)
+    shapes = {
+        "net.0.weight": (2, 4),
+        "net.0.bias": (4,),
+        "net.1.weight": (4, 3),
+        "net.1.bias": (3,),
+    }
+    start = {name: rng.normal(size=shape) for name, shape in shapes.items()}
+    options = {"hessian": "kron", "num_steps": 0, "init": start, "num_samples": 4}
+    plain = _fit(classifier(X, LABELS), **options).guide
+    tuned = _fit(classifier(X, LABELS), prior_precision="marglik", **options).guide
+    setup = prepare(classifier(X, LABELS), "numpyro", "float64", 0)
+    matrix, scale = rescale_prior(setup, plain.mode, plain.precision_matrix(), "full", plain.index)
+    assert tuned.settings["prior_precision_scale"] == pytest.approx(scale, rel=1e-5)
+    np.testing.assert_allclose(tuned.precision_matrix(), matrix, rtol=1e-5)
 
 
 def test_log_det_and_draws_match_the_assembled_precision(mlp_fit):

@@ -53,7 +53,7 @@ from ppl_bdl.inference.ensemble import EnsembleConfig
 from ppl_bdl.inference.laplace.approximation import LaplaceApproximation, checked_precision
 from ppl_bdl.inference.laplace.curvature import curvature
 from ppl_bdl.inference.laplace.kron import fit_kron
-from ppl_bdl.inference.laplace.marglik import rescale_prior
+from ppl_bdl.inference.laplace.marglik import rescale_kron_prior, rescale_prior
 from ppl_bdl.inference.laplace.mode import find_mode
 from ppl_bdl.inference.method import (
     Method,
@@ -124,12 +124,11 @@ class Laplace(Method):
         check_number(self, "damping", 0.0, optional=True)
         check_choice(self, "prior_precision", ("marglik",), optional=True)
         check_bool(self, "hold_params")
-        if self.hessian == "kron" and (self.curvature != "ggn" or self.prior_precision):
+        if self.hessian == "kron" and self.curvature != "ggn":
             raise ConfigError(
-                f"hessian='kron' factors the generalised Gauss-Newton of the nn layers without "
-                f"a prior_precision search; got curvature={self.curvature!r}, prior_precision="
-                f"{self.prior_precision!r}. Use curvature='ggn' and prior_precision=None with "
-                "'kron', or hessian='full' or 'diag'."
+                f"hessian='kron' factors the generalised Gauss-Newton of the nn layers; got "
+                f"curvature={self.curvature!r}. Use curvature='ggn' with 'kron', or "
+                "hessian='full' or 'diag' for the exact Hessian."
             )
         self.config()  # the optimizer's checks
 
@@ -156,6 +155,9 @@ class Laplace(Method):
                 self.num_samples,
                 settings,
             )
+            if self.prior_precision == "marglik":
+                scale = rescale_kron_prior(setup, approx, self.damping)
+                settings["prior_precision_scale"] = scale
             return self._posterior(setup, approx, sites, settings, log_likelihood, losses)
         matrix = curvature(setup, mode, self.hessian, self.curvature, index, self.batch_size)
         if self.prior_precision == "marglik":
