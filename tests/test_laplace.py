@@ -225,7 +225,7 @@ def test_errors_name_what_is_missing(monkeypatch):
     with pytest.raises(ConfigError, match="num_steps=0 takes init as the MAP"):
         _fit(linear(X, Y), num_steps=0, hessian="diag")
     with pytest.raises(ConfigError, match="hessian must be one of"):
-        bdl.Laplace(hessian="kron")
+        bdl.Laplace(hessian="block")
 
     @bdl.model
     def robust(y):

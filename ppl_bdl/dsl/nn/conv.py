@@ -17,6 +17,7 @@ from __future__ import annotations
 import numbers
 
 from ppl_bdl.dsl import math as bm
+from ppl_bdl.dsl.nn import probe
 from ppl_bdl.dsl.nn.module import (
     Module,
     Site,
@@ -167,7 +168,7 @@ class Conv2d(Module):
         if self.bias:
             b = self._take(values, f"{path}.bias", (self.out_channels,), path)
             out = out + bm.reshape(b, (self.out_channels, 1, 1))
-        return out
+        return probe.visit(self, path, x, out)  # recorded by hessian="kron" (nn/probe.py)
 
     def __repr__(self) -> str:
         return (

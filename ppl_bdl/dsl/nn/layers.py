@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from ppl_bdl.dsl import math as bm
+from ppl_bdl.dsl.nn import probe
 from ppl_bdl.dsl.nn.module import (
     Module,
     Site,
@@ -83,10 +84,10 @@ class Dense(Module):
                 "layer before it."
             )
         w = self._take(values, f"{path}.weight", (self.in_features, self.out_features), path)
-        x = x @ w
+        out = x @ w
         if self.bias:
-            x = x + self._take(values, f"{path}.bias", (self.out_features,), path)
-        return x
+            out = out + self._take(values, f"{path}.bias", (self.out_features,), path)
+        return probe.visit(self, path, x, out)  # recorded by hessian="kron" (nn/probe.py)
 
     def __repr__(self) -> str:
         return f"Dense({self.name!r}, {self.in_features}, {self.out_features})"

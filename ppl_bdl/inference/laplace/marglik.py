@@ -87,3 +87,41 @@ def _log_det(rest: np.ndarray, prior: np.ndarray, structure: str) -> float:
     except np.linalg.LinAlgError:
         return np.inf
     return float(2.0 * np.sum(np.log(np.diag(factor))))
+
+
+def rescale_kron_prior(setup, approx, damping: float | None) -> float:
+    """``prior_precision="marglik"`` for ``hessian="kron"``: the same evidence, its log
+    determinant Σ log(λ_left λ_rightᵀ + c δ₀ + damping) per layer block (their eigenvalues) plus
+    the other coordinates' block; ``approx`` is updated in place, and c returned."""
+    from scipy.optimize import minimize_scalar
+
+    blocks = approx.blocks
+    priors = [normal_prior(setup, b.coords.ravel()) for b in blocks]
+    rest_lam, rest_loc = normal_prior(setup, approx.rest_index)
+    structure = approx.rest_structure
+    rest = approx.precision - (np.diag(rest_lam) if structure == "full" else rest_lam)
+    lam = np.concatenate([p[0] for p in priors] + [rest_lam])
+    loc = np.concatenate([p[1] for p in priors] + [rest_loc])
+    coords = np.concatenate([b.coords.ravel() for b in blocks] + [approx.rest_index])
+    count = int(np.sum(lam > 0))
+    spread = float(np.sum(lam * (approx.mode[coords] - loc) ** 2))
+    extra = damping or 0.0
+
+    def negative_evidence(log_c: float) -> float:
+        c = float(np.exp(log_c))
+        logdet = _log_det(rest, c * rest_lam, structure) if len(rest_lam) else 0.0
+        for b, (block_lam, _) in zip(blocks, priors, strict=True):
+            values = np.outer(b.values_left, b.values_right) + c * block_lam[0] + extra
+            logdet += float(np.sum(np.log(values))) if np.all(values > 0) else np.inf
+        return 0.5 * c * spread - 0.5 * count * log_c + 0.5 * logdet
+
+    best = minimize_scalar(
+        negative_evidence, bounds=LOG_SCALE_BOUNDS, method="bounded", options={"xatol": 1e-8}
+    )
+    c = float(np.exp(best.x))
+    for b, (block_lam, _) in zip(blocks, priors, strict=True):
+        b.delta = c * float(block_lam[0]) + extra
+    if len(rest_lam):
+        approx.precision = rest + (np.diag(c * rest_lam) if structure == "full" else c * rest_lam)
+    approx.__post_init__()  # the other coordinates' factor, again
+    return c

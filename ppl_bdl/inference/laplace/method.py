@@ -52,7 +52,8 @@ from ppl_bdl.errors import ConfigError, ModelError
 from ppl_bdl.inference.ensemble import EnsembleConfig
 from ppl_bdl.inference.laplace.approximation import LaplaceApproximation, checked_precision
 from ppl_bdl.inference.laplace.curvature import curvature
-from ppl_bdl.inference.laplace.marglik import rescale_prior
+from ppl_bdl.inference.laplace.kron import fit_kron
+from ppl_bdl.inference.laplace.marglik import rescale_kron_prior, rescale_prior
 from ppl_bdl.inference.laplace.mode import find_mode
 from ppl_bdl.inference.method import (
     Method,
@@ -87,7 +88,9 @@ class Laplace(Method):
 
     num_samples: int = option(1000, "draws of the Gaussian")
     num_steps: int = option(2000, "optimizer steps to the MAP (0: init is the MAP)")
-    hessian: str = option("full", "'full' (the matrix) or 'diag' (its diagonal)")
+    hessian: str = option(
+        "full", "'full' (the matrix), 'diag' (its diagonal) or 'kron' (KFAC of nn.Dense layers)"
+    )
     curvature: str = option("ggn", "'ggn' (generalised Gauss-Newton) or 'hessian' (exact)")
     subset: str = option("all", "'all' latents, or 'last_layer' (the last nn layer's weights)")
     damping: float | None = option(None, "added to the precision's diagonal (None: nothing)")
@@ -115,12 +118,18 @@ class Laplace(Method):
     def __post_init__(self) -> None:
         check_int(self, "num_samples")
         check_int(self, "num_steps", 0)
-        check_choice(self, "hessian", ("full", "diag"))
+        check_choice(self, "hessian", ("full", "diag", "kron"))
         check_choice(self, "curvature", ("ggn", "hessian"))
         check_choice(self, "subset", ("all", "last_layer"))
         check_number(self, "damping", 0.0, optional=True)
         check_choice(self, "prior_precision", ("marglik",), optional=True)
         check_bool(self, "hold_params")
+        if self.hessian == "kron" and self.curvature != "ggn":
+            raise ConfigError(
+                f"hessian='kron' factors the generalised Gauss-Newton of the nn layers; got "
+                f"curvature={self.curvature!r}. Use curvature='ggn' with 'kron', or "
+                "hessian='full' or 'diag' for the exact Hessian."
+            )
         self.config()  # the optimizer's checks
 
     def config(self) -> EnsembleConfig | None:
@@ -133,8 +142,24 @@ class Laplace(Method):
         check_params(setup, self.name, self.hold_params)
         index, sites = gaussian_coordinates(setup, self.subset, self.hessian)
         mode, losses = find_mode(setup, self.config(), self.init, seed, progress)
-        matrix = curvature(setup, mode, self.hessian, self.curvature, index, self.batch_size)
         settings = {"sites": list(sites), "latent": list(setup.layout.names)}
+        if self.hessian == "kron":
+            approx = fit_kron(
+                setup,
+                mode,
+                index,
+                sites,
+                self.batch_size,
+                self.damping,
+                seed,
+                self.num_samples,
+                settings,
+            )
+            if self.prior_precision == "marglik":
+                scale = rescale_kron_prior(setup, approx, self.damping)
+                settings["prior_precision_scale"] = scale
+            return self._posterior(setup, approx, sites, settings, log_likelihood, losses)
+        matrix = curvature(setup, mode, self.hessian, self.curvature, index, self.batch_size)
         if self.prior_precision == "marglik":
             matrix, settings["prior_precision_scale"] = rescale_prior(
                 setup, mode, matrix, self.hessian, index
@@ -143,6 +168,9 @@ class Laplace(Method):
         approx = LaplaceApproximation(
             mode, index, precision, self.hessian, sites, settings, seed, self.num_samples
         )
+        return self._posterior(setup, approx, sites, settings, log_likelihood, losses)
+
+    def _posterior(self, setup, approx, sites, settings, log_likelihood, losses):
         setup.settings["laplace_sites"] = list(sites)  # saved with the posterior
         if "prior_precision_scale" in settings:
             setup.settings["prior_precision_scale"] = settings["prior_precision_scale"]

@@ -1,0 +1,385 @@
+"""``hessian="kron"``: the Kronecker-factored generalised Gauss-Newton (KFAC) of ``nn.Dense``
+and ``nn.Conv2d`` layers (Martens & Grosse 2015; Grosse & Martens 2016; Ritter, Botev & Barber
+2018; Daxberger et al. 2021).
+
+Each layer gets its own block of the precision, over its weight and bias together as one
+matrix W̃ (for a Dense layer s = x W + b, W̃ = [W; b], (in + 1, out), its input a = [x, 1]):
+
+    P_layer ≈ (A / N) ⊗ G + δ I,   A = Σ_n a_n a_nᵀ,   G = Σ_n Σ_c g_nc g_ncᵀ,
+
+summed over the N data points, where g_nc = (∂f_n/∂s_n)ᵀ L_n[:, c] backpropagates the c-th
+column of a square root L_n L_nᵀ = Λ_n of the likelihood's Hessian in its outputs f_n (the
+GGN's Λ, see :mod:`~ppl_bdl.inference.laplace.curvature`) to the layer's pre-activation: the
+exact-type KFAC of the GGN, with laplace-torch's (asdl's) scaling (the input factor divided by
+N). With one output per data point and one layer it is the exact GGN. Λ_n is computed by
+autodiff (one Hessian-vector product per output dimension), so every family of
+:data:`~ppl_bdl.inference.laplace.curvature.OUTPUTS` works. Convolutions use the KFC expansion
+(patches as inputs, positions as extra data points; :mod:`~ppl_bdl.inference.laplace.kron_layers`).
+δ is the layer's Normal prior precision (one value over weight and bias) plus ``damping``.
+The layers are found by running the model inside a :class:`~ppl_bdl.dsl.nn.probe.LayerProbe`.
+
+A block is kept as its two factors' eigendecompositions F = Q diag(λ) Qᵀ (Ritter et al. 2018,
+Sec. 3): the block's eigenvalues are λ_left λ_rightᵀ + δ, so its log determinant is their logs'
+sum and a draw is W̃* + Q_left (Z ⊘ √(λ_left λ_rightᵀ + δ)) Q_rightᵀ with Z standard normal
+shaped as W̃: two small matmuls per layer, never a (d, d) matrix. The layers' blocks are
+independent of each other and of every other latent site; those keep a full block (up to
+:data:`REST_FULL_LIMIT` coordinates) or a diagonal one.
+
+Example
+-------
+>>> import numpy as np, ppl_bdl as bdl
+>>> from ppl_bdl import dist, nn
+>>> @bdl.model
+... def m(X, y):
+...     f = nn.Dense("fc", 2, 1).sample()
+...     with bdl.plate("data", X.shape[0]) as idx:
+...         bdl.sample("y", dist.Normal(f(X[idx])[..., 0], 0.5), obs=y[idx])
+>>> X = np.random.default_rng(0).normal(size=(8, 2)); y = X[:, 0]
+>>> post = bdl.fit(m(X, y), backend="numpyro", method="laplace", hessian="kron",
+...                num_steps=200, lr=0.05, progress=False)
+>>> [block.coords.shape for block in post.guide.blocks]      # (in + 1, out)
+[(3, 1)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from ppl_bdl.dsl.nn.probe import LayerProbe
+from ppl_bdl.errors import ConfigError, InferenceError
+from ppl_bdl.inference.laplace.approximation import LaplaceApproximation, checked_precision
+from ppl_bdl.inference.laplace.curvature import Potentials, _chunks, check_outputs, curvature
+from ppl_bdl.inference.laplace.kron_layers import (
+    check_layer,
+    coordinates,
+    input_factor,
+    kronecker_order,
+    output_factor,
+)
+from ppl_bdl.inference.laplace.marglik import normal_prior
+
+#: The most coordinates outside the nn layers that keep a full block (beyond: its diagonal).
+REST_FULL_LIMIT = 512
+#: Draws made at once (bounds the memory of a draw's per-layer temporaries).
+DRAWS_PER_CHUNK = 128
+
+
+@dataclass
+class KronBlock:
+    """One layer's block (left ⊗ right + δ I) over the flat coordinates ``coords`` ((rows,
+    cols): its C-order ravel is the order of the Kronecker product's rows), from the factors'
+    eigenvalues and eigenvectors (Dense: left = A / N, right = G; Conv2d: G and A / N)."""
+
+    coords: np.ndarray
+    values_left: np.ndarray
+    vectors_left: np.ndarray
+    values_right: np.ndarray
+    vectors_right: np.ndarray
+    delta: float
+
+    @classmethod
+    def from_factors(cls, coords, left, right, delta: float) -> KronBlock:
+        values_left, vectors_left = np.linalg.eigh(0.5 * (left + left.T))
+        values_right, vectors_right = np.linalg.eigh(0.5 * (right + right.T))
+        # the factors are sums of outer products: PSD up to round-off
+        values_left, values_right = (
+            np.clip(values_left, 0.0, None),
+            np.clip(values_right, 0.0, None),
+        )
+        return cls(
+            np.asarray(coords, int), values_left, vectors_left, values_right, vectors_right, delta
+        )
+
+    def eigenvalues(self) -> np.ndarray:
+        """The block's eigenvalues λ_left λ_rightᵀ + δ, (rows, cols)."""
+        return np.outer(self.values_left, self.values_right) + self.delta
+
+    def factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """The left and right factors (the input side already divided by N)."""
+        left = (self.vectors_left * self.values_left) @ self.vectors_left.T
+        return left, (self.vectors_right * self.values_right) @ self.vectors_right.T
+
+    def matrix(self) -> np.ndarray:
+        """left ⊗ right + δ I as a matrix (small layers only: tests, ``precision_matrix``)."""
+        a, g = self.factors()
+        return np.kron(a, g) + self.delta * np.eye(self.coords.size)
+
+    def log_det(self) -> float:
+        return float(np.sum(np.log(self.eigenvalues())))
+
+    def shift(self, z: np.ndarray) -> np.ndarray:
+        """(num, rows, cols) standard normals -> draws of N(0, block⁻¹) laid out as ``coords``."""
+        scaled = z / np.sqrt(self.eigenvalues())
+        return self.vectors_left @ scaled @ self.vectors_right.T
+
+
+@dataclass
+class KronLaplaceApproximation(LaplaceApproximation):
+    """N(θ*, P⁻¹) with P block diagonal: one :class:`KronBlock` per layer (``blocks``),
+    and a full or diagonal block (``rest_structure``) over the other Gaussian coordinates
+    (``rest_index``; ``precision`` is that block)."""
+
+    blocks: list = field(default_factory=list)
+    rest_index: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    rest_structure: str = "diag"
+    name: ClassVar[str] = "laplace"
+
+    def __post_init__(self) -> None:
+        self.mode = np.asarray(self.mode, float)
+        self.index = np.asarray(self.index, int)
+        self.rest_index = np.asarray(self.rest_index, int)
+        self.rest = LaplaceApproximation(
+            self.mode, self.rest_index, self.precision, self.rest_structure
+        )
+
+    @property
+    def phi(self) -> np.ndarray:
+        parts = [self.mode, np.ravel(self.precision)]
+        for b in self.blocks:
+            parts += [
+                b.values_left,
+                b.vectors_left.ravel(),
+                b.values_right,
+                b.vectors_right.ravel(),
+            ]
+        return np.concatenate(parts)
+
+    def precision_matrix(self) -> np.ndarray:
+        """P over ``index`` as a (k, k) matrix (for small models: checks and comparisons)."""
+        size = len(self.index)
+        if size > 4096:
+            raise ConfigError(
+                f"precision_matrix() would build a {size} x {size} matrix; the limit is 4096."
+            )
+        where = {int(c): i for i, c in enumerate(self.index)}
+        out = np.zeros((size, size))
+        for b in self.blocks:
+            at = np.array([where[int(c)] for c in b.coords.ravel()])
+            out[np.ix_(at, at)] = b.matrix()
+        if len(self.rest_index):
+            at = np.array([where[int(c)] for c in self.rest_index])
+            rest = self.precision if self.rest_structure == "full" else np.diag(self.precision)
+            out[np.ix_(at, at)] = rest
+        return out
+
+    def covariance(self) -> np.ndarray:
+        return np.linalg.inv(self.precision_matrix())
+
+    def log_det_precision(self) -> float:
+        rest = self.rest.log_det_precision() if len(self.rest_index) else 0.0
+        return rest + sum(b.log_det() for b in self.blocks)
+
+    def sample(self, num: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        draws = np.repeat(self.mode[None], num, axis=0)
+        if len(self.rest_index):
+            draws[:, self.rest_index] = self.rest.sample(num, int(rng.integers(2**31)))[
+                :, self.rest_index
+            ]
+        for b in self.blocks:
+            flat = b.coords.ravel()
+            for start in range(0, num, DRAWS_PER_CHUNK):
+                rows = slice(start, min(start + DRAWS_PER_CHUNK, num))
+                z = rng.standard_normal((rows.stop - rows.start, *b.coords.shape))
+                draws[rows, flat] += b.shift(z).reshape(len(z), -1)
+        return draws
+
+
+def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, settings):
+    """The :class:`KronLaplaceApproximation` at ``mode`` over the coordinates ``index`` (the
+    latent ``sites``)."""
+    check_outputs(setup)
+    layers, a_sums, g_sums, count = kron_factors(setup, mode, set(sites), batch_size)
+    blocks = []
+    for path, layer in layers.items():
+        coords = layer_coordinates(setup, path, layer, set(sites))
+        delta = layer_prior_precision(setup, path, coords) + (damping or 0.0)
+        left, right = kronecker_order(layer, a_sums[path] / count, g_sums[path])
+        blocks.append(KronBlock.from_factors(coords, left, right, delta))
+        if np.min(blocks[-1].eigenvalues()) <= 0:
+            raise InferenceError(
+                f"method='laplace' with hessian='kron': layer {path!r}'s block is singular (its "
+                "prior precision is 0). Give its weights a Normal prior or pass damping=..."
+            )
+    covered = np.concatenate([b.coords.ravel() for b in blocks]) if blocks else np.zeros(0, int)
+    rest_index = np.setdiff1d(index, covered)
+    structure = "full" if 0 < len(rest_index) <= REST_FULL_LIMIT else "diag"
+    rest = np.zeros(0)
+    if len(rest_index):
+        matrix = curvature(setup, mode, structure, "ggn", rest_index, batch_size)
+        rest = checked_precision(matrix, structure, damping)
+    return KronLaplaceApproximation(
+        mode,
+        index,
+        rest,
+        "kron",
+        tuple(sites),
+        settings,
+        seed,
+        num_samples,
+        blocks=blocks,
+        rest_index=rest_index,
+        rest_structure=structure,
+    )
+
+
+def layer_coordinates(setup, path: str, layer, sites: set) -> np.ndarray:
+    """The flat coordinates of layer ``path``'s W̃ (:mod:`~ppl_bdl.inference.laplace.kron_layers`;
+    without the bias when it is not among the Gaussian ``sites``)."""
+    slots = {s.name: s for s in setup.layout.slots}
+
+    def run(name):
+        return np.arange(slots[name].offset, slots[name].offset + slots[name].size)
+
+    bias = run(f"{path}.bias") if f"{path}.bias" in sites else None
+    return coordinates(layer, run(f"{path}.weight"), bias)
+
+
+def layer_prior_precision(setup, path: str, coords: np.ndarray) -> float:
+    """δ: the one Normal prior precision of a layer's weight and bias; a ConfigError when they
+    differ or are not Normal."""
+    lam, _ = normal_prior(setup, coords.ravel())
+    if np.all(lam == lam.flat[0]) and lam.flat[0] > 0:
+        return float(lam.flat[0])
+    raise ConfigError(
+        f"hessian='kron' adds one prior precision δ to layer {path!r}'s Kronecker block (its "
+        "eigenvalues are λ_A λ_G + δ); its weight and bias priors give precisions "
+        f"{sorted(set(np.round(lam, 12).tolist()))} (0: not a Normal with fixed scale). Give the "
+        "weight and bias one Normal prior (bias_prior=None), or use hessian='diag'."
+    )
+
+
+def kron_layers(calls, sites: set) -> dict:
+    """The layers (path -> layer) whose weight is a Gaussian site, in the order they ran; a
+    ConfigError for one that ``"kron"`` cannot factor."""
+    layers = {}
+    for call in calls:
+        if f"{call.path}.weight" in sites:
+            check_layer(call)
+            layers[call.path] = call.layer
+    return layers
+
+
+def kron_factors(setup, mode, sites: set, batch_size):
+    """Each layer's input and output factors summed over the data (path -> array), and N."""
+    backend = setup.backend
+    a_sums: dict = {}
+    g_sums: dict = {}
+    layers, count = None, 0
+    with backend.scope(), backend.activate():
+        pots = Potentials(setup)
+        anchor = backend.asarray(mode)
+        for batch, weight in _chunks(setup, batch_size):
+            if batch is not None:
+                batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
+            with LayerProbe() as probe:
+                outputs = pots.outputs(anchor, batch)
+            layers = kron_layers(probe.calls, sites) if layers is None else layers
+            chosen = [i for i, c in enumerate(probe.calls) if c.path in layers]
+            table = OutputTable(backend, outputs)
+            count += table.rows
+            roots = square_roots(weight * output_hessians(pots, anchor, batch, table))
+            grads = backprop(pots, anchor, batch, table, probe.calls, chosen, roots)
+            for i, g in zip(chosen, grads, strict=True):
+                call = probe.calls[i]
+                x = np.asarray(backend.to_numpy(call.x), float)
+                a = input_factor(call.layer, x, f"{call.path}.bias" in sites)
+                a_sums[call.path] = a_sums.get(call.path, 0.0) + a
+                g_sums[call.path] = g_sums.get(call.path, 0.0) + output_factor(call.layer, g)
+    return layers, a_sums, g_sums, count
+
+
+class OutputTable:
+    """The likelihood's outputs f as one (N, R) table: a row per data point (the outputs'
+    first axis), R output dimensions per point, and back."""
+
+    def __init__(self, backend, outputs: dict):
+        self.backend = backend
+        self.entries, widths, rows = [], [], set()
+        for site, params in outputs.items():
+            for key, value in params.items():
+                shape = tuple(value.shape)
+                rows.add(shape[0] if shape else None)
+                self.entries.append((site, key, shape))
+                widths.append(int(np.prod(shape[1:])) if shape else 1)
+        if len(rows) != 1 or None in rows:
+            raise ConfigError(
+                "hessian='kron' treats the first axis of the likelihood's outputs as the data "
+                f"points; the outputs have shapes {[e[2] for e in self.entries]}. Use "
+                "hessian='diag' for a model whose outputs are not laid out one row per point."
+            )
+        self.rows, self.width = rows.pop(), int(sum(widths))
+        self.stops = np.cumsum(widths)
+        self.value = self.flatten(outputs)
+
+    def flatten(self, outputs: dict):
+        m = self.backend.math
+        parts = [outputs[s][k].reshape(self.rows, -1) for s, k, _ in self.entries]
+        return m.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+    def unflatten(self, table) -> dict:
+        out: dict = {}
+        for (site, key, shape), stop in zip(self.entries, self.stops, strict=True):
+            width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            out.setdefault(site, {})[key] = table[:, stop - width : stop].reshape(shape)
+        return out
+
+
+def output_hessians(pots, anchor, batch, table: OutputTable) -> np.ndarray:
+    """Λ_n = ∇²_f −log p(y_n | f_n) for each data point, (N, R, R): one Hessian-vector product
+    per output dimension (the points are independent, so one product serves them all)."""
+    backend = pots.backend
+    m = backend.math
+
+    def loss(table_value):
+        return m.sum(pots.potential(anchor, batch, table.unflatten(table_value)))
+
+    grad = backend.grad(loss)
+    columns = []
+    for r in range(table.width):
+        unit = np.zeros((table.rows, table.width))
+        unit[:, r] = 1.0
+        direction = backend.asarray(unit)
+        hvp = backend.grad(lambda t, v=direction: m.sum(grad(t) * v))(table.value)
+        columns.append(np.asarray(backend.to_numpy(hvp), float))
+    return np.stack(columns, axis=-1)
+
+
+def square_roots(hessians: np.ndarray) -> np.ndarray:
+    """L_n with L_n L_nᵀ = Λ_n (symmetric square roots; round-off negatives clipped)."""
+    values, vectors = np.linalg.eigh(0.5 * (hessians + np.swapaxes(hessians, -1, -2)))
+    return vectors * np.sqrt(np.clip(values, 0.0, None))[:, None, :]
+
+
+def backprop(pots, anchor, batch, table, calls, chosen, roots) -> list[np.ndarray]:
+    """For each chosen layer call, g = (∂f/∂s)ᵀ L[:, :, r] for every column r, (R, *s.shape):
+    the gradient of ⟨f, L_r⟩ with respect to a shift of the layer's pre-activation s."""
+    backend = pots.backend
+    m = backend.math
+    sizes = [int(np.prod(calls[i].out_shape)) for i in chosen]
+    starts = dict(zip(chosen, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+
+    def paired(shifts, root):
+        def shift(i, shape):
+            if i not in starts:
+                return 0.0
+            return shifts[starts[i] : starts[i] + int(np.prod(shape))].reshape(shape)
+
+        with LayerProbe(shift=shift):
+            outputs = pots.outputs(anchor, batch)
+        return m.sum(table.flatten(outputs) * root)
+
+    zero = backend.asarray(np.zeros(int(sum(sizes))))
+    found = []
+    for r in range(table.width):
+        root = backend.asarray(roots[:, :, r])
+        pair = backend.grad(lambda shifts, v=root: paired(shifts, v))
+        found.append(np.asarray(backend.to_numpy(pair(zero)), float))
+    grads = np.stack(found)
+    out = []
+    for i, size in zip(chosen, sizes, strict=True):
+        out.append(grads[:, starts[i] : starts[i] + size].reshape(table.width, *calls[i].out_shape))
+    return out
