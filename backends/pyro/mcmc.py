@@ -2,9 +2,9 @@
 
 :func:`native_transition` runs Pyro's own NUTS/HMC kernel (its warmup adaptation included) one
 draw per step of the core's driver, so NUTS gets the same chunks, progress, Ctrl-C and checks as
-every other method. The potential is traced once to a TorchScript graph (Pyro's own
-``jit_compile`` only applies to models, not to a potential function): each leapfrog step then
-costs a graph call instead of a walk through the model in Python. Pyro's kernels draw from
+every other method. The potential and its gradient are traced once to one TorchScript graph
+(Pyro's own ``jit_compile`` only applies to models, not to a potential function): each leapfrog
+step then costs a graph call instead of a walk through the model in Python and autograd's. Pyro's kernels draw from
 torch's global generator; each chain carries that generator's state in its own state, so a chain's
 draws depend only on its seed. A chain's state is Pyro's kernel object, which a step changes in
 place: after a failed step the loop keeps the draws before it, not that state (MCMC needs only
@@ -15,6 +15,8 @@ the draws).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from pyro.infer.mcmc import HMC, NUTS
@@ -39,13 +41,12 @@ def native_transition(backend, potential, settings: NativeSettings) -> Transitio
 
     def init(key, position, data):
         counter = {"calls": 0}
-        with backend.scope():
-            traced = backend.trace(lambda z: potential(z, data), (position.detach(),))
+        energy = _traced_energy(backend, potential, data, position.detach())
 
         def potential_fn(params):
             counter["calls"] += 1
             with use_backend(backend):
-                return traced(params["theta"])
+                return energy(params["theta"])
 
         common = dict(
             potential_fn=potential_fn,
@@ -80,6 +81,44 @@ def native_transition(backend, potential, settings: NativeSettings) -> Transitio
         return state, _stats(state, kernel, state.counter["calls"] - calls_before, settings)
 
     return Transition(init, step, lambda state: state.params["theta"])
+
+
+def _traced_energy(backend, potential, data, position):
+    """``potential(z, data)`` as Pyro's NUTS calls it: a function of ``z`` whose ``grad`` Pyro's
+    leapfrog takes. Where it traces, U and ∇U come from one traced graph of
+    ``torch.func.grad_and_value`` and autograd only hands back the ∇U it computed
+    (:class:`_EnergyWithGradient`): on the posteriordb models this halves the cost of a
+    gradient against autograd walking the traced potential's graph. Otherwise (or in a
+    data-parallel fit, which traces at its first call) the traced potential, autograd through it."""
+
+    def value_and_grad(z):
+        grad, value = torch.func.grad_and_value(lambda x: potential(x, data))(z)
+        return value, grad
+
+    with backend.scope():
+        if backend.parallel is None:
+            # Where it does not trace (it returns the eager function, with a warning), the
+            # traced potential below is the faster fallback, and that warning would mislead.
+            with warnings.catch_warnings(record=True):
+                fused = backend.trace(value_and_grad, (position,))
+            if fused is not value_and_grad:
+                return lambda z: _EnergyWithGradient.apply(z, fused)
+        return backend.trace(lambda z: potential(z, data), (position,))
+
+
+class _EnergyWithGradient(torch.autograd.Function):
+    """U(z) from ``fused(z) = (U, ∇U)``, whose backward returns the ∇U already computed."""
+
+    @staticmethod
+    def forward(ctx, z, fused):
+        value, grad = fused(z)
+        ctx.save_for_backward(grad)
+        return value
+
+    @staticmethod
+    def backward(ctx, upstream):
+        (grad,) = ctx.saved_tensors
+        return upstream * grad, None
 
 
 def _stats(state: _ChainState, kernel, calls: int, settings: NativeSettings) -> dict:
