@@ -22,7 +22,7 @@ from ppl_bdl import backends, dist, guides, kernels, math, nn, random
 from ppl_bdl.dsl.control_flow import scan
 from ppl_bdl.dsl.model import BoundModel, Model, model
 from ppl_bdl.dsl.primitives import deterministic, factor, param, plate, sample
-from ppl_bdl.dsl.reparam import LocScale, Reparam, reparam
+from ppl_bdl.dsl.reparam import LocScale, Reparam, TransformReparam, reparam
 from ppl_bdl.errors import (
     BackendError,
     ConfigError,
@@ -102,6 +102,7 @@ __all__ = [
     "RayExecutor",
     "Reparam",
     "RunInterrupted",
+    "TransformReparam",
     "backends",
     "deterministic",
     "dist",

@@ -310,6 +310,11 @@ class Distributions(Protocol):
     def expand(self, native: Any, batch_shape: tuple[int, ...], event_ndims: int) -> Any: ...
     def biject_to(self, support: Any) -> Any: ...
 
+    def transform(self, spec: Any) -> Callable[[Array], Array]:
+        """The backend's bijection of a ``ppl_bdl.dsl.dist.transforms`` spec, callable on arrays
+        (``bdl.TransformReparam`` pushes a base draw through it)."""
+        ...
+
     def observed_value(self, spec: Any, value: Array) -> Array:
         """An observed value in the dtype the native family of ``spec`` needs (0/1 labels as
         floats for a Bernoulli on torch, float labels as ints for a Categorical on JAX, ...)."""

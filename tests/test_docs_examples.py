@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import re
 import warnings
 from pathlib import Path
@@ -238,3 +239,15 @@ def test_gallery_page_shows_every_example_and_its_picture():
     for name in scripts:
         assert f"examples/{name}.py" in page and f"examples/images/{name}.png" in page
         assert (ROOT / "docs" / "examples" / "images" / f"{name}.png").is_file()
+
+
+def test_porting_page_runs_as_a_doctest():
+    """docs/porting.md's ``pycon`` blocks run, in order, as one doctest and print what the page
+    shows (its NumPyro and Pyro forms are plain ``python`` blocks, not run)."""
+    blocks = re.findall(r"```pycon\n(.*?)```", (ROOT / "docs" / "porting.md").read_text(), re.S)
+    test = doctest.DocTestParser().get_doctest("\n".join(blocks), {}, "porting.md", None, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    with warnings.catch_warnings():  # the page's one fit is a few steps long
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        result = runner.run(test)
+    assert len(blocks) >= 8 and result.attempted > 20 and result.failed == 0, result

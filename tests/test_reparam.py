@@ -9,6 +9,9 @@
   4 Monte Carlo standard errors of posteriordb's reference (as tests/test_reference_posteriors.py).
 * The site keeps its name and shape in ``post.samples`` and ArviZ (a deterministic there), the
   model predicts, and each mistake gets an error naming the site.
+* ``bdl.TransformReparam``: the log joint at ``x_base = z`` is the original's at ``x = T(z)`` plus
+  log|det ∂T/∂z|; the site keeps its name and shape (also under ``.expand``/``.to_event`` and
+  for a stick-breaking transform, whose base has one entry fewer); other sites are refused.
 """
 
 from __future__ import annotations
@@ -74,6 +77,90 @@ def test_log_density_is_the_change_of_variables(backend_name, family, centered):
     lp_old, _ = log_joint(model(), backend, {"mu": mu, "tau": tau, "x": x})
     np.testing.assert_allclose(sites["x"], x, rtol=1e-12)
     np.testing.assert_allclose(lp_new, lp_old + 3 * (1 - centered) * np.log(tau), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_loc_scale_sees_through_expand_and_to_event(backend_name):
+    backend = bdl.backends.get(backend_name, precision="float64")
+
+    @bdl.model
+    def wrapped():
+        tau = bdl.sample("tau", dist.HalfNormal(1.0))
+        bdl.sample("x", dist.Normal(0.5, tau).expand([2, 3]).to_event(1))
+
+    z = np.array([[-1.2, 0.3, 2.5], [0.1, -0.4, 1.0]])
+    reparameterised = bdl.reparam(wrapped, {"x": bdl.LocScale(0)})
+    lp_new, sites = log_joint(reparameterised(), backend, {"tau": 1.9, "x_decentered": z})
+    lp_old, _ = log_joint(wrapped(), backend, {"tau": 1.9, "x": 0.5 + 1.9 * z})
+    np.testing.assert_allclose(sites["x"], 0.5 + 1.9 * z, rtol=1e-12)
+    np.testing.assert_allclose(lp_new, lp_old + 6 * np.log(1.9), rtol=1e-12)
+
+
+# -- TransformReparam ----------------------------------------------------------------------------
+T = dist.transforms
+
+
+@bdl.model
+def transformed():
+    """x = exp(mu + z / 2) per group (a LogNormal written as transforms of a standard normal);
+    w: three LogNormal(0, 1) as one event; s: four 3-simplexes."""
+    mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
+    with bdl.plate("group", 3):
+        affine_exp = [T.AffineTransform(mu, 0.5), T.ExpTransform()]
+        bdl.sample("x", dist.TransformedDistribution(dist.Normal(0.0, 1.0), affine_exp))
+    lognormal = dist.TransformedDistribution(dist.Normal(0.0, 1.0), T.ExpTransform())
+    bdl.sample("w", lognormal.expand([3]).to_event(1))
+    simplex = dist.TransformedDistribution(
+        dist.Normal(0.0, 1.0).expand([2]), T.StickBreakingTransform()
+    )
+    bdl.sample("s", simplex.expand([4]))
+
+
+ALL_TRANSFORMED = {site: bdl.TransformReparam() for site in ("x", "w", "s")}
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_transform_reparam_log_density_is_the_change_of_variables(backend_name):
+    backend = bdl.backends.get(backend_name, precision="float64")
+    mu, z, u = 0.7, np.array([-1.2, 0.3, 2.5]), np.array([0.4, -0.9, 1.3])
+    reparameterised = bdl.reparam(
+        transformed, {"x": bdl.TransformReparam(), "w": bdl.TransformReparam()}
+    )
+    s = np.full((4, 3), 1 / 3)
+    lp_new, sites = log_joint(
+        reparameterised(), backend, {"mu": mu, "x_base": z, "w_base": u, "s": s}
+    )
+    x, w = np.exp(mu + 0.5 * z), np.exp(u)
+    lp_old, _ = log_joint(transformed(), backend, {"mu": mu, "x": x, "w": w, "s": s})
+    np.testing.assert_allclose(sites["x"], x, rtol=1e-12)
+    np.testing.assert_allclose(sites["w"], w, rtol=1e-12)
+    log_jacobian = np.sum(np.log(0.5) + mu + 0.5 * z) + np.sum(u)  # dx/dz = x / 2, dw/du = w
+    np.testing.assert_allclose(lp_new, lp_old + log_jacobian, rtol=1e-12)
+
+
+def test_transform_reparam_keeps_each_site_its_name_and_shape():
+    from ppl_bdl.trace.model_trace import trace_model
+
+    bound = bdl.reparam(transformed, ALL_TRANSFORMED)()
+    shapes = {"x": ((3,), (3,)), "w": ((3,), (3,)), "s": ((4, 3), (4, 2))}
+    for name in BACKENDS:
+        sites = trace_model(bound, bdl.backends.get(name))
+        for site, (shape, base_shape) in shapes.items():
+            assert sites[site].kind == "deterministic" and sites[site].value.shape == shape
+            assert sites[f"{site}_base"].kind == "latent"
+            assert sites[f"{site}_base"].value.shape == base_shape
+        simplexes = bdl.backends.get(name).to_numpy(sites["s"].value)
+        np.testing.assert_allclose(simplexes.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_transform_reparam_refuses_a_site_that_is_not_transformed():
+    bound = bdl.reparam(pdb.eight_schools_centered, {"theta": bdl.TransformReparam()})
+    with pytest.raises(
+        bdl.ModelError,
+        match=r"TransformReparam on site 'theta'.*Normal.*is not a "
+        r"dist.TransformedDistribution",
+    ):
+        bdl.prior_predictive(bound(**pdb.eight_schools_data()), backend=BACKENDS[0])
 
 
 # -- eight schools under NUTS ------------------------------------------------------------------

@@ -278,6 +278,9 @@ class NumPyroBackend(BackendBase):
     def biject_to(self, support):
         return _dists.biject_to(support)
 
+    def transform(self, spec):
+        return _dists.native_transform(spec)
+
     def model_value(self, value, strict: bool):
         """``value`` itself: JAX arrays mix with NumPy values, and ``jax.jit`` refuses to turn
         a traced value into a Python value (the core reports that error by site)."""

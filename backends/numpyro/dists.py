@@ -148,7 +148,7 @@ def native_distribution(spec):
     if spec.name == "TransformedDistribution":
         return nd.TransformedDistribution(
             native_distribution(spec.params["base_distribution"]),
-            [_transform(t) for t in spec.params["transforms"]],
+            [native_transform(t) for t in spec.params["transforms"]],
             validate_args=False,
         )
     params = {  # NumPy parameters and Python lists as JAX arrays of the current precision
@@ -172,7 +172,7 @@ _TRANSFORMS = {
 }
 
 
-def _transform(spec):
+def native_transform(spec):
     """NumPyro's transform of a :mod:`ppl_bdl.dsl.dist.transforms` spec."""
     params = {
         k: v if isinstance(v, int | float) else jnp.asarray(v) for k, v in spec.params.items()

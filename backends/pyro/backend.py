@@ -243,6 +243,9 @@ class PyroBackend(BackendBase):
     def biject_to(self, support):
         return _dists.biject_to(support)
 
+    def transform(self, spec):
+        return _dists.native_transform(spec, self.asarray)
+
     def observed_value(self, spec, value):
         """Valid observed values of any numeric dtype, in the dtype ``spec``'s family needs."""
         return _dists.observed_value(spec, _values.plain(value), self.float_dtype)

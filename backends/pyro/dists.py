@@ -200,7 +200,7 @@ def native_distribution(spec, asarray):
     if spec.name == "TransformedDistribution":
         return pd.TransformedDistribution(
             native_distribution(spec.params["base_distribution"], asarray),
-            [_transform(t, asarray) for t in spec.params["transforms"]],
+            [native_transform(t, asarray) for t in spec.params["transforms"]],
             validate_args=False,
         )
     params = {k: _param(spec, k, v, asarray) for k, v in spec.params.items()}
@@ -220,7 +220,7 @@ _TRANSFORMS = {
 }
 
 
-def _transform(spec, asarray):
+def native_transform(spec, asarray):
     """Pyro's transform of a :mod:`ppl_bdl.dsl.dist.transforms` spec."""
     params = {
         k: v if isinstance(v, int | float) else asarray(plain(v) if isinstance(v, Tensor) else v)

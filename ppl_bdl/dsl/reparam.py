@@ -16,7 +16,12 @@ Gorinova, Moore and Hoffman (2020), as NumPyro's ``LocScaleReparam``: a site
 
 so ``c = 0`` is the fully non-centred form (``x_decentered`` is standard), ``c = 1`` the model as
 written, and ``centered=None`` a learnable ``c`` in [0, 1] (a ``bdl.param`` named
-``{site}_centered``: optimised by VI; MCMC holds it at 0.5 with ``hold_params=True``).
+``{site}_centered``: optimised by VI; MCMC holds it at 0.5 with ``hold_params=True``). It sees
+through ``.expand(...)`` and ``.to_event(...)``.
+
+:class:`TransformReparam` is NumPyro's ``TransformReparam``: a site ``x ~
+TransformedDistribution(base, transforms)`` becomes ``x_base ~ base`` and ``x = transforms(x_base)``
+(a deterministic).
 
 Example
 -------
@@ -41,7 +46,9 @@ import numpy as np
 
 from ppl_bdl.dsl.dist.base import Distribution
 from ppl_bdl.dsl.dist.continuous import Cauchy, Laplace, Logistic, Normal, StudentT
-from ppl_bdl.dsl.effects import Handler, Message, current_runtime
+from ppl_bdl.dsl.dist.shaped import ExpandedDistribution, Independent
+from ppl_bdl.dsl.dist.transformed import TransformedDistribution
+from ppl_bdl.dsl.effects import Handler, Message, current_backend, current_runtime
 from ppl_bdl.dsl.model import BoundModel, Model
 from ppl_bdl.dsl.primitives import param, sample
 from ppl_bdl.errors import ConfigError, ModelError
@@ -104,11 +111,11 @@ class LocScale(Reparam):
             )
 
     def apply(self, msg: Message) -> None:
-        fn = msg.fn
+        fn, rewrap = _unwrap_reshaped(msg.fn)
         if type(fn) not in LOC_SCALE_FAMILIES:  # exact: the constructor is rebuilt below
             families = ", ".join(f.__name__ for f in LOC_SCALE_FAMILIES)
             raise ModelError(
-                f"bdl.LocScale on site {msg.name!r}: its distribution {fn!r} is not a "
+                f"bdl.LocScale on site {msg.name!r}: its distribution {msg.fn!r} is not a "
                 f"location-scale family ({families}). Reparameterise a site of one of these, or "
                 "write the transform in the model (e.g. sample z ~ Normal(0, 1) and set "
                 "bdl.deterministic(name, exp(loc + scale * z)) for a LogNormal)."
@@ -119,10 +126,94 @@ class LocScale(Reparam):
         loc, scale = fn.params["loc"], fn.params["scale"]
         if c is None:
             c = param(f"{msg.name}_centered", np.full(_event_shape(msg), 0.5), "unit_interval")
-        decentered_fn = type(fn)(**{**fn.params, "loc": c * loc, "scale": scale**c})
+        decentered_fn = rewrap(type(fn)(**{**fn.params, "loc": c * loc, "scale": scale**c}))
         x = sample(f"{msg.name}_decentered", decentered_fn, shape=msg.shape)
         value = loc + scale * x if _is_zero(c) else loc + scale ** (1 - c) * (x - c * loc)
         _become_deterministic(msg, value)
+
+
+@dataclass(frozen=True)
+class TransformReparam(Reparam):
+    """Sample a transformed site's base draw and push it through the transforms.
+
+    For a latent site ``x ~ TransformedDistribution(base, [t_1, ..., t_k])`` (possibly under
+    ``.expand(...)`` and ``.to_event(...)``), as NumPyro's ``TransformReparam``::
+
+        x_base ~ base                         (expanded to the site's shape)
+        x = t_k(... t_1(x_base))               (a deterministic)
+
+    The sampler or guide then works on the base's coordinates (for an ``AffineTransform(loc,
+    scale)`` of a standard normal, the non-centred form), and ``x`` keeps its name and shape.
+
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> from ppl_bdl import dist
+    >>> T = dist.transforms
+    >>> @bdl.model
+    ... def positive():
+    ...     mu = bdl.sample("mu", dist.Normal(0.0, 1.0))
+    ...     with bdl.plate("group", 3):
+    ...         bdl.sample(
+    ...             "x", dist.TransformedDistribution(dist.Normal(0.0, 1.0), [
+    ...                 T.AffineTransform(mu, 0.5), T.ExpTransform()])
+    ...         )
+    >>> model = bdl.reparam(positive, {"x": bdl.TransformReparam()})
+    >>> prior = bdl.prior_predictive(model(), num_samples=4, backend="numpyro")
+    >>> prior.draws["x"].shape, prior.draws["x_base"].shape
+    ((4, 3), (4, 3))
+    """
+
+    def apply(self, msg: Message) -> None:
+        fn, _ = _unwrap_reshaped(msg.fn)
+        if not isinstance(fn, TransformedDistribution):
+            raise ModelError(
+                f"bdl.TransformReparam on site {msg.name!r}: its distribution {msg.fn!r} is not a "
+                "dist.TransformedDistribution. Write the site as "
+                "dist.TransformedDistribution(base, transforms) (e.g. a LogNormal as "
+                "TransformedDistribution(Normal(loc, scale), dist.transforms.ExpTransform())), or "
+                "use bdl.LocScale for a location-scale family."
+            )
+        x = sample(f"{msg.name}_base", _base_of_site(msg.fn, fn), shape=msg.shape)
+        backend = current_backend()
+        for transform in fn.transforms:
+            x = backend.transform(transform)(x)
+        _become_deterministic(msg, x)
+
+
+def _unwrap_reshaped(fn: Distribution):
+    """The distribution under ``fn``'s ``.expand``/``.to_event`` wrappers, and a function that
+    puts the same wrappers, in the same order, around another distribution."""
+    layers = []
+    while isinstance(fn, ExpandedDistribution | Independent):
+        layers.append(fn)
+        fn = fn.base_dist
+
+    def rewrap(inner: Distribution) -> Distribution:
+        for layer in reversed(layers):
+            if isinstance(layer, ExpandedDistribution):
+                inner = inner.expand(layer.batch_shape)
+            else:
+                inner = inner.to_event(layer.params["reinterpreted_batch_ndims"])
+        return inner
+
+    return fn, rewrap
+
+
+def _base_of_site(site_fn: Distribution, transformed: TransformedDistribution) -> Distribution:
+    """The base of ``transformed`` shaped for the site of ``site_fn`` (``transformed`` under its
+    reshaping wrappers): the site's batch shape, and as events the site's event dims that are
+    not the transformed distribution's own plus the base dims its transforms consume (a
+    stick-breaking transform's K - 1 inputs)."""
+    base = transformed.base_dist
+    own_batch, own_event = transformed.batch_shape, transformed.event_shape
+    # The base dims that the transforms take as their event: to the right of the batch dims.
+    consumed = base.batch_shape[len(own_batch) :]
+    moved = site_fn.event_shape[: len(site_fn.event_shape) - len(own_event)]  # by .to_event
+    batch_shape = site_fn.batch_shape + moved + consumed
+    if batch_shape != base.batch_shape:
+        base = base.expand(batch_shape)
+    return base.to_event(len(moved) + len(consumed))
 
 
 def _is_zero(c: Any) -> bool:
@@ -219,9 +310,9 @@ def reparam(model: Model | BoundModel, config: dict[str, Reparam]) -> Model | Bo
     model : Model or BoundModel
         A ``@bdl.model`` (or one with its data bound: the result is bound to the same data).
     config : dict
-        Latent site name -> strategy (:class:`LocScale`). Each named site keeps its name and
-        shape as a deterministic; the strategy's new latent sites (``{name}_decentered``) are
-        what the method samples.
+        Latent site name -> strategy (:class:`LocScale`, :class:`TransformReparam`). Each named
+        site keeps its name and shape as a deterministic; the strategy's new latent sites
+        (``{name}_decentered``, ``{name}_base``) are what the method samples.
 
     Returns
     -------

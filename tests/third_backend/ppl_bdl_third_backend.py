@@ -72,6 +72,9 @@ class DelegateBackend(BackendBase):
     def biject_to(self, support):
         return dists.biject_to(support)
 
+    def transform(self, spec):
+        return dists.native_transform(spec)
+
     def model_value(self, value, strict: bool):
         return value
 

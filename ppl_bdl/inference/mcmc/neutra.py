@@ -2,7 +2,7 @@
 
 A flow guide fitted by VI is a bijection θ = F(z) from a standard normal z to the model's flat
 unconstrained latents, with q(θ) ≈ p(θ | x). Pulled back through F, the posterior is
-p(F(z) | x) |det ∂F/∂z|: close to N(0, I) where the flow fits, so a funnel or a curved ridge
+``p(F(z) | x) |det ∂F/∂z|``: close to N(0, I) where the flow fits, so a funnel or a curved ridge
 becomes nearly isotropic and the sampler's fixed step size suits it everywhere (Hoffman et al.
 2019, Eq. 4). The sampler runs on the potential
 
