@@ -44,9 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl.dsl.dist.base import Distribution
+from ppl_bdl.dsl.dist.base import Distribution, ExpandedDistribution, Independent
 from ppl_bdl.dsl.dist.continuous import Cauchy, Laplace, Logistic, Normal, StudentT
-from ppl_bdl.dsl.dist.shaped import ExpandedDistribution, Independent
 from ppl_bdl.dsl.dist.transformed import TransformedDistribution
 from ppl_bdl.dsl.effects import Handler, Message, current_backend, current_runtime
 from ppl_bdl.dsl.model import BoundModel, Model

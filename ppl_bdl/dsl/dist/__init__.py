@@ -15,7 +15,12 @@ Example
 """
 
 from ppl_bdl.dsl.dist import constraints, transforms
-from ppl_bdl.dsl.dist.base import Distribution
+from ppl_bdl.dsl.dist.base import (
+    Distribution,
+    ExpandedDistribution,
+    Independent,
+    MaskedDistribution,
+)
 from ppl_bdl.dsl.dist.families import (
     LKJ,
     Bernoulli,
@@ -59,7 +64,6 @@ from ppl_bdl.dsl.dist.families import (
     Wishart,
     ZeroInflatedPoisson,
 )
-from ppl_bdl.dsl.dist.shaped import ExpandedDistribution, Independent, MaskedDistribution
 from ppl_bdl.dsl.dist.transformed import TransformedDistribution
 
 __all__ = [
