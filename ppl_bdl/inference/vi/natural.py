@@ -21,7 +21,7 @@ as in their Vadam, Fig. 1)::
 
 - ``vogn``: c(ŝ) = ŝ, and h, the curvature of U along each coordinate, by ``curvature``:
 
-  - "ggn" (the default; the paper's VOGN): per-example squared gradients, h = Σ_n (∂u_n)²
+  - "ggn" (the paper's VOGN): per-example squared gradients, h = Σ_n (∂u_n)²
     estimated on the batch's M points as (1/N) mean_i (∇U_i − ∇U)², ∇U_i the gradient of U on
     point i alone (scaled N / 1, so ∇U_i − ∇U = N (∇ℓ_i − mean ∇ℓ)): a Gauss-Newton (empirical
     Fisher) approximation of the Hessian, centred (the mean gradient, ~λμ/N at the optimum,
@@ -37,7 +37,7 @@ as in their Vadam, Fig. 1)::
     gradient g still reads the data. Per step: one draw of θ, a run of the model to draw the
     labels, the batch's gradient at the data (g) and the per-example ones at the labels (h). A
     model with no observed site in the plate (a likelihood by ``bdl.factor``) gets "ggn".
-  - "hessian": the diagonal of E_q[∇²U] from K antithetic pairs, h = mean_k (∇U(θ_k+) −
+  - "hessian" (the default): the diagonal of E_q[∇²U] from K antithetic pairs, h = mean_k (∇U(θ_k+) −
     ∇U(θ_k−)) ⊙ ε_k / (2σ), Price's theorem by the reparameterisation trick (Opper &
     Archambeau 2009; Rezende et al. 2014): exact in expectation for any U. At its fixed point
     P = E_q[diag ∇²U] + λ and E_q[∇U] + λ(μ − m₀) = 0, the stationarity conditions of the
@@ -51,7 +51,14 @@ as in their Vadam, Fig. 1)::
     after any h, since a(1 + ρx + ρ²x²/2) > 0 for a = ŝ + λ > 0 and x = d / a. Its fixed
     point is the plain average's up to ρ Var(h) / (2 (ŝ + λ)), a term of order 1 − β₂. On the
     UCI networks it predicts better than "ggn" and Adam (docs/benchmarks.md), with two
-    gradients of the batch a step (K = 1) and no plate needed.
+    gradients of the batch a step (K = 1) and no plate needed. For the first WARMUP_STEPS
+    (100) ρₜ is at least 1 − 0.9: the step's geometric-mean-like move forgets an overconfident
+    s₀ (1/init_scale², often 100x the optimum's precision) only as s₀/t at ρₜ ≈ 1/t, which
+    kept the precision 4x too large after 100 steps and the mean's steps that much too small.
+    It is the default: on a Gaussian U the pair's mean gradient is ∇U(μ) exactly, so the mean
+    carries only the minibatch's noise (a conjugate regression on minibatches: within 0.1
+    posterior sd of the exact mean in 125 steps and then 0.02-0.05 sd; "ggn", whose one
+    unpaired draw a step adds the draw's noise, wanders at 0.2-0.4 sd).
 - ``vadam``: the paper's Fig. 1: one draw per step (K = 1, no antithetic pair), h = (g − λ(μ −
   m₀))² the squared minibatch gradient of U, c(ŝ) = √ŝ, and σ from N s_paper = ŝ / N with N
   the data plate's size (1 for a model without one): the empirical Fisher of the minibatch
