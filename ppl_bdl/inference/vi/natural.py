@@ -52,9 +52,10 @@ as in their Vadam, Fig. 1)::
     point is the plain average's up to ρ Var(h) / (2 (ŝ + λ)), a term of order 1 − β₂. On the
     UCI networks it predicts better than "ggn" and Adam (docs/benchmarks.md), with two
     gradients of the batch a step (K = 1) and no plate needed. For the first WARMUP_STEPS
-    (100) ρₜ is at least 1 − 0.9: the step's geometric-mean-like move forgets an overconfident
-    s₀ (1/init_scale², often 100x the optimum's precision) only as s₀/t at ρₜ ≈ 1/t, which
-    kept the precision 4x too large after 100 steps and the mean's steps that much too small.
+    (100) ρₜ is at least 1 − 0.9 (an average of the last ~10 draws), then 1/(t − 90): the
+    step's geometric-mean-like move forgets an overconfident s₀ (1/init_scale², often 100x
+    the optimum's precision) only as s₀/t at ρₜ ≈ 1/t, which kept the precision 4x too large
+    after 100 steps and the mean's steps that much too small.
     It is the default: on a Gaussian U the pair's mean gradient is ∇U(μ) exactly, so the mean
     carries only the minibatch's noise (a conjugate regression on minibatches: within 0.1
     posterior sd of the exact mean in 125 steps and then 0.02-0.05 sd; "ggn", whose one
@@ -116,9 +117,11 @@ NATURAL_LR = {"vogn": 0.05, "vadam": 0.01}
 DEFAULT_BETAS = (0.9, 0.999)
 #: The per-step decay of the initial precision's weight in ŝ (one draw's weight at t = 0).
 INIT_DECAY = 0.9
-#: "hessian": the steps over which the learning rule's rate is at least 1 − INIT_DECAY, so that
-#: the initial precision (1/init_scale², often 100x the posterior's) is forgotten geometrically.
+#: "hessian": the steps over which the initial precision (1/init_scale², often 100x the
+#: posterior's) is forgotten geometrically, ...
 WARMUP_STEPS = 100
+#: ... during which ŝ is the average of the last ~WARMUP_DRAWS draws: a rate of 1 − INIT_DECAY.
+WARMUP_DRAWS = 1.0 / (1.0 - INIT_DECAY)
 #: The plain optimizers' own options, and the value each has when not set (``bdl.VI`` passes
 #: gradient="total" to every run): a natural-gradient run refuses any other value.
 PLAIN_OPTIONS = {"momentum": None, "clip_norm": None, "gradient": "total"}
@@ -400,12 +403,14 @@ def _curvature_average(kind: str, config: NaturalConfig, m, lam):
         # so far with s₀'s counted) with the second-order term of the Bayesian learning rule on
         # the precision (Lin, Schmidt & Khan 2020; IVON, Shen et al. 2024): ŝ + λ stays
         # positive whatever the sign of a draw's h, where the plain average followed a negative one.
-        rate = (1.0 - b2) / (1.0 - b2 ** (t + 1.0))
-        # With rate ~1/t the rule's geometric-mean-like step forgets an overconfident s₀ only
-        # as s₀/t (precision 4x the optimum's after 100 steps at init_scale=0.01, 1.3x after
-        # 1,000: small, slow mean steps); a rate of at least 1 − INIT_DECAY for the first
-        # WARMUP_STEPS forgets it as INIT_DECAYᵗ, like the other curvatures' pseudo-draw.
-        rate = m.where(t <= WARMUP_STEPS, m.maximum(rate, 1.0 - INIT_DECAY), rate)
+        # The rate of a weighted average of n draws, n = t + 1 (s₀ counted as one draw). The
+        # rule's geometric-mean-like step forgets an overconfident s₀ only as s₀/t at that
+        # rate (the precision 4x the optimum's after 100 steps at init_scale=0.01, 1.3x after
+        # 1,000: the mean's steps that much too small), so for the first WARMUP_STEPS n stops
+        # at WARMUP_DRAWS (s₀ fades as INIT_DECAYᵗ, like the other curvatures' pseudo-draw) and
+        # then counts on from there.
+        n = m.minimum(t + 1.0, WARMUP_DRAWS + m.maximum(t - WARMUP_STEPS, 0.0))
+        rate = (1.0 - b2) / (1.0 - b2**n)
         dev, positive = h - state["s"], m.maximum(state["s"] + lam, 1e-30)
         s = state["s"] + rate * dev + 0.5 * rate**2 * dev**2 / positive
         return s, m.maximum(s, 0.0)
