@@ -547,7 +547,10 @@ def _fit_small(**kw):
             "maximises the ELBO, got objective='iwae'",
         ),
         (dict(optimizer="vadam", num_particles=3), "one weight sample.*num_particles=3"),
-        (dict(optimizer="vogn", num_particles=2), "curvature='ggn' draws one weight sample"),
+        (
+            dict(optimizer="vogn", curvature="ggn", num_particles=2),
+            "curvature='ggn' draws one weight sample",
+        ),
         (dict(optimizer="vadam", curvature="ggn"), "curvature='ggn' applies to optimizer='vogn'"),
         (
             dict(optimizer="vogn", curvature="kfac"),
@@ -630,8 +633,10 @@ def test_vogn_hessian_keeps_its_precision_positive_on_a_relu_network(backend):
     curvature is often negative: the Bayesian learning rule's second-order term keeps ŝ + λ
     positive, and the fit is sound. (With the plain running average, this run stopped at step
     29 with the loss at 4e10.) A 50-unit ReLU network on y = sin(2x) + N(0, 0.2²), N = 160,
-    500 minibatches of 32. Measured (seeds 0-2): the predictive mean within 0.10-0.14 rms of
-    sin(2x) on both backends, every scale below 0.27."""
+    500 minibatches of 32. Measured (seed 0, NumPyro): the predictive mean within 0.11 rms of
+    sin(2x) (0.10-0.14 on both backends before the warm-up); scales 0.03-0.77: weights with
+    little curvature go back toward their prior's 1 (P ≥ λ = 1 keeps every scale at most 1),
+    which the initial precision 1/0.01², forgotten as 1/t before the warm-up, held below 0.27."""
     from ppl_bdl.models.bnn import make_bnn_regression
 
     rng = np.random.default_rng(0)
@@ -653,7 +658,7 @@ def test_vogn_hessian_keeps_its_precision_positive_on_a_relu_network(backend):
         progress=False,
     )
     scale = post.guide.params["scale"]
-    assert np.all(np.isfinite(scale)) and np.all(scale > 0.0) and scale.max() < 0.5, scale.max()
+    assert np.all(np.isfinite(scale)) and np.all(scale > 0.0) and scale.max() <= 1.0, scale.max()
     rmse = np.sqrt(np.mean((post.predict(model(x_in)).mean - np.sin(2.0 * x_in[:, 0])) ** 2))
     assert rmse < 0.2, rmse
 
