@@ -85,7 +85,7 @@ Example
 ...         bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
 >>> y = np.random.default_rng(0).normal(1.0, 1.0, size=200)
 >>> post = bdl.fit(mean_model(y), backend="numpyro", method="vi", optimizer="vogn",
-...                num_steps=300, lr=0.1, num_samples=200, progress=False)
+...                num_particles=8, num_steps=300, lr=0.1, num_samples=200, progress=False)
 >>> round(float(post.guide.params["scale"][0]), 2)  # 1/sqrt(200 + 0.01)
 0.07
 """
