@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppl_bdl.inference.vi.natural import DEFAULT_CURVATURE
 from ppl_bdl.models.uci import Protocol, UCIResult, UCISplit, protocol, run_uci, uci_model
 
 #: Adam at the mean-field guide's default lr (0.01); vogn at 0.05 with β₂ = 0.99 (on yacht's
@@ -113,8 +114,8 @@ def vogn_against_adam(
     with :func:`ppl_bdl.models.uci.paired_difference`."""
     model = uci_model(protocol(name, root).num_hidden, "gamma")
     settings = {k: dict(v) for k, v in VOGN_AGAINST_ADAM.items()}
-    if curvature is not None:
-        settings["vogn"].update(curvature=curvature, **VOGN_BY_CURVATURE.get(curvature, {}))
+    curvature = DEFAULT_CURVATURE if curvature is None else curvature
+    settings["vogn"].update(curvature=curvature, **VOGN_BY_CURVATURE.get(curvature, {}))
     return {
         label: run_uci(
             name,

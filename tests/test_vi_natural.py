@@ -73,7 +73,7 @@ ADAM = dict(
 
 def test_vogn_reaches_the_exact_meanfield_optimum(backend):
     path, params = _kl_path(backend, 1000, **VOGN)
-    # Measured: below from step 150 (NumPyro) / 75 (Pyro), then ~1e-4 / 2e-3; the curvature's
+    # Measured: below from step 150 (NumPyro) / 200 (Pyro), then ~1e-4 / 2e-3; the curvature's
     # running average is within 5% (its Monte Carlo error) after ~1,000 steps.
     assert _steps_to_stay_below(path) <= 250, path
     mean, var = _optimum(*_data())
@@ -86,8 +86,82 @@ def test_vogn_reaches_the_exact_meanfield_optimum(backend):
 def test_vogn_needs_at_least_3x_fewer_steps_than_adam(backend):
     vogn = _steps_to_stay_below(_kl_path(backend, 2000, **VOGN)[0])
     adam = _steps_to_stay_below(_kl_path(backend, 2000, **ADAM)[0])
-    # Measured: vogn 150 / adam 1350 (NumPyro), 75 / 1850 (Pyro).
+    # Measured: vogn 150 / adam 1350 (NumPyro), 200 / 1850 (Pyro).
     assert 3 * vogn <= adam, (vogn, adam)
+
+
+@bdl.model
+def scaled_linreg(X, y, noise):
+    w = bdl.sample("w", dist.Normal(0.0, 1.0), shape=(X.shape[1],))
+    with bdl.plate("data", X.shape[0]) as idx:
+        bdl.sample("y", dist.Normal(X[idx] @ w, noise), obs=y[idx])
+
+
+#: A second conjugate regression (d = 4, N = 100, noise sd 5, minibatches of 25, one
+#: correlated pair), fitted at each optimizer's defaults, three fits side by side; read every
+#: SEGMENT steps as the largest distance of a fit's mean from the exact one in exact
+#: mean-field sds, averaged over the fits. At a constant lr a fit's mean keeps moving about the
+#: optimum (vogn: ~0.03 sd here; Adam: ~0.1), so a fit "reaches" 0.1 sd at the first of
+#: HOLD readings in a row below it.
+WIDE_N, WIDE_NOISE, WIDE_BATCH, WIDE_FITS, HOLD = 100, 5.0, 25, 3, 8
+#: Adam's mean-field fit at its defaults (lr 0.01) reaches 0.1 sd at step 975 (first below at
+#: 325, then back up to 0.14 until step 975): test_adams_steps_to_the_meanfield_mean measures it.
+ADAM_STEPS_TO_0_1_SD = 975
+
+
+def _wide_regression():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(WIDE_N, 4))
+    X[:, 0] += 0.7 * X[:, -1]
+    y = X @ rng.normal(size=4) + WIDE_NOISE * rng.normal(size=WIDE_N)
+    precision = X.T @ X / WIDE_NOISE**2 + np.eye(4)
+    return X, y, np.linalg.solve(precision, X.T @ y / WIDE_NOISE**2), 1.0 / np.diag(precision)
+
+
+def _mean_distance_path(backend, num_steps, **options):
+    """The largest |loc − exact mean| / exact sd after every SEGMENT steps, averaged over
+    WIDE_FITS fits side by side (one compiled run), and the fits' mean largest relative error
+    of the variances at the end."""
+    X, y, mean, var = _wide_regression()
+    setup = prepare(scaled_linreg(X, y, WIDE_NOISE), backend, "float64", 0)
+    run = VIRun(
+        setup, 0, num_steps=num_steps, batch_size=WIDE_BATCH, num_chains=WIDE_FITS, **options
+    )
+    path = []
+    for _ in range(num_steps // SEGMENT):
+        run.steps(SEGMENT, chunk=SEGMENT)
+        fits = [run.fitted_guide(chain=c).params for c in range(WIDE_FITS)]
+        path.append(np.mean([np.max(np.abs(f["loc"] - mean) / np.sqrt(var)) for f in fits]))
+    var_errors = [np.max(np.abs(f["scale"] ** 2 / var - 1.0)) for f in fits]
+    return np.array(path), float(np.mean(var_errors))
+
+
+def _steps_to_reach(path, tol=0.1):
+    """The step of the first of HOLD readings in a row below ``tol`` (None: none)."""
+    below = np.convolve(path < tol, np.ones(HOLD), "valid") == HOLD
+    return None if not below.any() else SEGMENT * (int(np.argmax(below)) + 1)
+
+
+def test_vogn_defaults_reach_the_meanfield_mean_in_a_third_of_adams_steps():
+    """vogn at its defaults (curvature "hessian", lr 0.05) on minibatches reaches 0.1 exact sd
+    of the exact mean-field mean in at most a third of the steps Adam's mean-field fit needs at
+    its defaults. Measured (NumPyro): from step 125 (then 0.02-0.05 sd), the variances within
+    9% at step 300, 6% at 500. The former default "ggn" (one draw a step, the empirical
+    Fisher) never reaches it: its mean wanders at 0.2-0.4 sd, its variances 30% off."""
+    path, _ = _mean_distance_path("numpyro", 125 + SEGMENT * HOLD, optimizer="vogn")
+    reached = _steps_to_reach(path)
+    assert reached is not None and 3 * reached <= ADAM_STEPS_TO_0_1_SD, path
+
+
+@pytest.mark.slow  # 3 x 1,300 Adam steps, 3 x 500 vogn steps
+def test_adams_steps_to_the_meanfield_mean():
+    """The number the test above rests on, measured: Adam's steps to 0.1 sd at its defaults;
+    and vogn's variances settling on the exact mean-field ones."""
+    adam, _ = _mean_distance_path("numpyro", 1300)
+    assert _steps_to_reach(adam) == ADAM_STEPS_TO_0_1_SD, adam
+    vogn, var_error = _mean_distance_path("numpyro", 500, optimizer="vogn")
+    assert 3 * _steps_to_reach(vogn) <= _steps_to_reach(adam), (vogn, adam)
+    assert var_error < 0.15, var_error
 
 
 def _ggn_fixed_point(X, y, prior_precision=1.0, iterations=200):
@@ -473,7 +547,10 @@ def _fit_small(**kw):
             "maximises the ELBO, got objective='iwae'",
         ),
         (dict(optimizer="vadam", num_particles=3), "one weight sample.*num_particles=3"),
-        (dict(optimizer="vogn", num_particles=2), "curvature='ggn' draws one weight sample"),
+        (
+            dict(optimizer="vogn", curvature="ggn", num_particles=2),
+            "curvature='ggn' draws one weight sample",
+        ),
         (dict(optimizer="vadam", curvature="ggn"), "curvature='ggn' applies to optimizer='vogn'"),
         (
             dict(optimizer="vogn", curvature="kfac"),
@@ -531,7 +608,7 @@ def test_minibatches_and_a_non_normal_prior(backend, curvature):
             bdl.sample("y", dist.Normal(X[idx] @ w, sigma), obs=y[idx])
 
     X, y = _data(n=400, seed=2)
-    # "ggn" (the default): per-example squared gradients on the minibatch.
+    # "ggn": per-example squared gradients on the minibatch; "hessian" (the default).
     post = bdl.fit(
         noisy(X, y),
         backend=backend,
@@ -556,8 +633,10 @@ def test_vogn_hessian_keeps_its_precision_positive_on_a_relu_network(backend):
     curvature is often negative: the Bayesian learning rule's second-order term keeps ŝ + λ
     positive, and the fit is sound. (With the plain running average, this run stopped at step
     29 with the loss at 4e10.) A 50-unit ReLU network on y = sin(2x) + N(0, 0.2²), N = 160,
-    500 minibatches of 32. Measured (seeds 0-2): the predictive mean within 0.10-0.14 rms of
-    sin(2x) on both backends, every scale below 0.27."""
+    500 minibatches of 32. Measured (seed 0, NumPyro): the predictive mean within 0.11 rms of
+    sin(2x) (0.10-0.14 on both backends before the warm-up); scales 0.03-0.77: weights with
+    little curvature go back toward their prior's 1 (P ≥ λ = 1 keeps every scale at most 1),
+    which the initial precision 1/0.01², forgotten as 1/t before the warm-up, held below 0.27."""
     from ppl_bdl.models.bnn import make_bnn_regression
 
     rng = np.random.default_rng(0)
@@ -579,14 +658,14 @@ def test_vogn_hessian_keeps_its_precision_positive_on_a_relu_network(backend):
         progress=False,
     )
     scale = post.guide.params["scale"]
-    assert np.all(np.isfinite(scale)) and np.all(scale > 0.0) and scale.max() < 0.5, scale.max()
+    assert np.all(np.isfinite(scale)) and np.all(scale > 0.0) and scale.max() <= 1.0, scale.max()
     rmse = np.sqrt(np.mean((post.predict(model(x_in)).mean - np.sin(2.0 * x_in[:, 0])) ** 2))
     assert rmse < 0.2, rmse
 
 
 @pytest.mark.slow  # 2 x 2,000 steps per backend
 def test_vogn_fits_a_small_bnn_with_a_sensible_predictive_variance(backend):
-    """The default curvature ("ggn") on network weights: a one-hidden-layer tanh
+    """curvature="ggn" (the paper's) on network weights: a one-hidden-layer tanh
     network (20 units, N(0, 1) weights, HalfNormal noise scale) on y = sin(2x) + N(0, 0.2²),
     x ~ U(−2, 2), N = 160, fitted by vogn and by Adam's mean-field VI on the same 2,000
     minibatches of 32 (cosine schedule). Measured (NumPyro): vogn's predictive mean within
@@ -609,6 +688,7 @@ def test_vogn_fits_a_small_bnn_with_a_sensible_predictive_variance(backend):
             backend=backend,
             method="vi",
             optimizer=optimizer,
+            **({"curvature": "ggn"} if optimizer == "vogn" else {}),
             num_steps=2000,
             batch_size=32,
             schedule="cosine",

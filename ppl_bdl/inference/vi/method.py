@@ -80,7 +80,7 @@ class VI(Method):
     plateau_cuts: int | None = option(None, "plateau: the most cuts (None: 3)")
     beta1: float | None = option(None, "vogn/vadam: the gradient average's weight")
     beta2: float | None = option(None, "vogn/vadam: the curvature average's weight")
-    curvature: str | None = option(None, "vogn: 'ggn' (the default), 'fisher' or 'hessian'")
+    curvature: str | None = option(None, "vogn: 'hessian' (the default), 'ggn' or 'fisher'")
     rank: int | None = option(None, "lowrank: the rank of the factor")
     blocks: str | None = option(None, "lowrank: 'site' (a factor per site) or 'joint'")
     num_layers: int | None = option(None, "flow: the number of layers (None: 4)")
