@@ -262,7 +262,9 @@ def test_method_options_are_checked():
         bdl.MCDropout(num_samples=0)
     with pytest.raises(ConfigError, match="the dropout rate is the model's"):
         bdl.MCDropout(p=0.1)
-    with pytest.raises(ConfigError, match="schedule must be one of"):
+    with pytest.raises(ConfigError, match="schedule='plateau' does not apply to method='mc_d"):
         bdl.MCDropout(schedule="plateau")
+    with pytest.raises(ConfigError, match="schedule must be one of 'constant', 'exponential'"):
+        bdl.MCDropout(schedule="linear")
     with pytest.raises(ConfigError, match="batch_size"):
         bdl.MCDropout(batch_size=0)

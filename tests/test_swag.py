@@ -213,7 +213,7 @@ def test_an_interrupted_run_keeps_the_moments_it_had(monkeypatch):
         ({"schedule": "cosine"}, "schedule must be one of 'constant', 'cyclical'"),
         ({"decay": 1.5}, r"decay must be a number in \(0.0, 1.0\]"),
         ({"optimizer": "rmsprop"}, "optimizer must be one of"),
-        ({"momentum": 1.0}, r"momentum must be in \[0, 1\)"),
+        ({"momentum": 1.0}, r"momentum must be a number in \[0.0, 1.0\)"),
         ({"num_warmup": 10}, "SWAG's burn-in is swa_start"),
         ({"num_members": 3}, "MultiSWAG"),
     ],

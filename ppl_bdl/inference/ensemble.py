@@ -61,11 +61,19 @@ from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
 from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
-from ppl_bdl.inference.method import Method, check_params, option
+from ppl_bdl.inference.method import (
+    Method,
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_params,
+    option,
+)
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.inference.starts import initial_positions
-from ppl_bdl.optim import OptimizerConfig, unit_schedule
+from ppl_bdl.optim import OPTIMIZERS, OptimizerConfig, unit_schedule
 from ppl_bdl.trace.layout import ModelDensity
 
 #: The options of ``method="ensemble"``.
@@ -273,19 +281,11 @@ def ensemble_transition(
     update with the step's learning rate ``rate`` (the run's :class:`Rates`), skipped where they
     are not finite; info ``loss`` and ``grad_norm``; ``emit``: the position."""
     backend, dim = setup.backend, setup.layout.dim
-    density = ModelDensity(setup.bound, backend, setup.layout, setup.params)
-    plate_name = plate[0] if plate else None
+    density, potential_and_grad = traced_potential(setup, plate, config.batch_size)
     optimizer = backend.optimizer(config.optimizer)
     m = backend.math
 
-    def potential_and_grad(position, batch: Batch):
-        indices = None if batch.indices is None else {plate_name: batch.indices}
-        return density.value_and_grad(position, batch.data, indices)
-
     with backend.scope(), backend.activate():
-        example_idx = backend.asarray(np.zeros(config.batch_size), dtype="int") if plate else None
-        example = (backend.asarray(np.zeros(dim)), Batch(density.data, example_idx))
-        potential_and_grad = backend.trace(potential_and_grad, example)
         if anchors is not None:
             mask, loc = backend.asarray(anchors.mask), backend.asarray(anchors.loc)
             spread = backend.asarray(anchors.mask * anchors.scale)
@@ -325,6 +325,65 @@ def ensemble_transition(
     return Transition(init, step, emit), density.data
 
 
+def traced_potential(setup: Setup, plate, batch_size: int | None):
+    """The model's density and its potential's value and gradient at a flat position on a
+    :class:`Batch` (a minibatch of ``plate``'s indices, or the full data without a plate),
+    traced once for the backend."""
+    backend = setup.backend
+    density = ModelDensity(setup.bound, backend, setup.layout, setup.params)
+    plate_name = plate[0] if plate else None
+
+    def potential_and_grad(position, batch: Batch):
+        indices = None if batch.indices is None else {plate_name: batch.indices}
+        return density.value_and_grad(position, batch.data, indices)
+
+    with backend.scope(), backend.activate():
+        example_idx = backend.asarray(np.zeros(batch_size), dtype="int") if plate else None
+        example = (backend.asarray(np.zeros(setup.layout.dim)), Batch(density.data, example_idx))
+        return density, backend.trace(potential_and_grad, example)
+
+
+def run_map_steps(
+    setup: Setup,
+    transition: Transition,
+    data,
+    positions: np.ndarray,
+    config: EnsembleConfig,
+    plate,
+    *,
+    seed: int,
+    kind: str,
+    progress: bool,
+    chain_ids: list[int],
+) -> RunResult:
+    """Run ``config.num_steps`` optimizer steps of ``transition`` from ``positions`` (one row
+    per chain ``chain_ids``) on the one loop, keeping the last position and every step's info
+    (``loss``); each chain reads its own epochs of minibatches."""
+    keep = np.zeros(config.num_steps, bool)
+    keep[-1] = True
+    plan = plan_run(keep, len(chain_ids), setup.layout.dim, config.chunk_size, progress)
+
+    def batches(chain: int):
+        return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
+
+    # The steps' learning rates: lr x the schedule's shape at the step counter (in the step).
+    rates = Rates(config.optimizer.lr, unit_schedule(config.optimizer))
+    return run_chains(
+        setup.backend,
+        transition,
+        positions,
+        seed,
+        plan,
+        data,
+        batches,
+        kind,
+        rates,
+        progress=progress,
+        chain_ids=chain_ids,
+        trace=True,
+    )
+
+
 def run_ensemble(
     setup: Setup,
     config: EnsembleConfig,
@@ -338,7 +397,6 @@ def run_ensemble(
     """Fit the members ``chain_ids`` (all by default) of ``config``'s ensemble; a
     :class:`~ppl_bdl.posterior.posterior.Posterior` with one draw per member (chain), ``post.losses``
     (member, step) and the last step's ``loss`` and ``grad_norm`` as sample stats."""
-    backend = setup.backend
     plate = minibatch_plate(setup, config.batch_size)
     anchors = resolve_anchors(setup, config.anchored)
     setup.settings["anchored_sites"] = list(anchors.sites) if anchors else []
@@ -346,28 +404,17 @@ def run_ensemble(
     positions = initial_positions(setup, init, config.num_members, seed)
     members = list(range(config.num_members)) if chain_ids is None else list(chain_ids)
     setup.settings["members"] = members  # the chains' member numbers (diagnostics name them)
-    keep = np.zeros(config.num_steps, bool)
-    keep[-1] = True
-    plan = plan_run(keep, len(members), setup.layout.dim, config.chunk_size, progress)
-
-    def batches(member: int):
-        return EpochBatches(plate[1], config.batch_size, [seed, member, 7]) if plate else None
-
-    # The steps' learning rates: lr x the schedule's shape at the step counter (in the step).
-    rates = Rates(config.optimizer.lr, unit_schedule(config.optimizer))
-    run = run_chains(
-        backend,
+    run = run_map_steps(
+        setup,
         transition,
-        positions[members],
-        seed,
-        plan,
         data,
-        batches,
-        "ensemble",
-        rates,
+        positions[members],
+        config,
+        plate,
+        seed=seed,
+        kind="ensemble",
         progress=progress,
         chain_ids=members,
-        trace=True,
     )
     if run.failure is not None:
         _raise_failure(setup, run, transition, members, log_likelihood)
@@ -419,9 +466,72 @@ def _raise_failure(setup: Setup, run: RunResult, transition, members, log_likeli
     )
 
 
-# -- the method ------------------------------------------------------------------------------
+# -- the methods that train by MAP optimizer steps -----------------------------------------------
 @dataclass(frozen=True)
-class Ensemble(Method):
+class MAPTraining(Method):
+    """The options of a method that trains by MAP optimizer steps on the ensembles' driver
+    (deep ensembles, SWAG, MC dropout, the Laplace approximation's mode), declared and checked
+    here once. A method overrides a field to change its default or its documentation.
+
+    Example
+    -------
+    >>> import ppl_bdl as bdl
+    >>> bdl.MCDropout(lr=0.005).config().optimizer.lr
+    0.005
+    >>> bdl.MCDropout(schedule="linear")
+    Traceback (most recent call last):
+    ...
+    ppl_bdl.errors.ConfigError: MCDropout(schedule='linear'): schedule must be one of ...
+    """
+
+    num_steps: int = option(2000, "optimizer steps")
+    batch_size: int | None = option(None, "minibatch size (None: the full data)")
+    optimizer: str = option("adam", "'adam' or 'sgd'")
+    lr: float = option(1e-2, "the learning rate")
+    momentum: float = option(0.0, "sgd's momentum")
+    schedule: str = option("constant", "'constant', 'exponential' or 'cosine'")
+    decay: float = option(0.1, "the exponential and cosine schedules' final factor")
+    clip_norm: float | None = option(None, "clip each step's gradient to this norm")
+    chunk_size: int | None = option(None, "steps per compiled call (None: chosen by the driver)")
+    init: Any = option(None, "where the optimizer starts: 'median', 'uniform', 'prior' or a dict")
+    hold_params: bool = option(False, "hold the model's bdl.param sites at their initial values")
+
+    #: The docs and ``--help`` list these options after the method's own.
+    options_listed_last: ClassVar[bool] = True
+    #: The fewest optimizer steps allowed (the Laplace approximation takes 0: init is the MAP).
+    min_steps: ClassVar[int] = 1
+    #: The schedules a fixed-length run takes (VI's "plateau" needs its convergence monitor).
+    schedules: ClassVar[tuple[str, ...]] = ("constant", "exponential", "cosine")
+
+    def __post_init__(self) -> None:
+        check_int(self, "num_steps", self.min_steps)
+        check_int(self, "batch_size", optional=True)
+        check_int(self, "chunk_size", optional=True)
+        check_choice(self, "optimizer", OPTIMIZERS)
+        check_number(self, "lr", 0.0)
+        check_number(self, "momentum", 0.0, 1.0, open_low=False)
+        if self.schedule == "plateau":
+            raise ConfigError(
+                f"{type(self).__name__}(schedule='plateau'): schedule='plateau' does not apply "
+                f"to method={self.method_name!r}: VI's convergence monitor cuts the lr on a "
+                "plateau, and this method runs num_steps steps without one. Use schedule="
+                + " or ".join(repr(s) for s in self.schedules)
+                + "."
+            )
+        check_choice(self, "schedule", self.schedules)
+        check_number(self, "decay", 0.0)
+        check_number(self, "clip_norm", 0.0, optional=True)
+        check_bool(self, "hold_params")
+        self.training_config(num_steps=max(1, self.num_steps))  # the optimizer's checks
+
+    def training_config(self, num_members: int = 1, **overrides: Any) -> EnsembleConfig:
+        """The optimizer run's settings, as one ensemble member (or ``num_members``) runs them."""
+        options = {**self.options_for(EnsembleConfig.build, MAPTraining), **overrides}
+        return EnsembleConfig.build(num_members=num_members, **options)
+
+
+@dataclass(frozen=True)
+class Ensemble(MAPTraining):
     """Deep ensembles (Lakshminarayanan et al. 2017) and anchored ensembles (Pearce et al.
     2020): ``num_members`` MAP fits from their own starts, one draw per member.
 
@@ -434,19 +544,10 @@ class Ensemble(Method):
 
     num_members: int = option(5, "members, each one MAP fit (a chain of one draw)")
     num_steps: int = option(2000, "optimizer steps per member")
-    batch_size: int | None = option(None, "minibatch size (None: the full data)")
     anchored: Any = option(
         False, "True: anchor every latent site; or a tuple of site names; False: a plain ensemble"
     )
-    optimizer: str = option("adam", "'adam' or 'sgd'")
-    lr: float = option(1e-2, "the learning rate")
-    momentum: float = option(0.0, "sgd's momentum")
-    schedule: str = option("constant", "'constant', 'exponential' or 'cosine'")
-    decay: float = option(0.1, "the exponential and cosine schedules' final factor")
-    clip_norm: float | None = option(None, "clip each step's gradient to this norm")
-    chunk_size: int | None = option(None, "steps per compiled call (None: chosen by the driver)")
     init: Any = option(None, "where members start: 'median', 'uniform', 'prior' or a dict")
-    hold_params: bool = option(False, "hold the model's bdl.param sites at their initial values")
 
     method_name: ClassVar[str] = "ensemble"
     runs_chains: ClassVar[bool] = True
@@ -458,18 +559,15 @@ class Ensemble(Method):
     }
 
     def __post_init__(self) -> None:
-        self.config()  # EnsembleConfig's checks
-        if not isinstance(self.hold_params, bool):
-            raise ConfigError(
-                f"Ensemble(hold_params={self.hold_params!r}): hold_params must be True or False."
-            )
+        super().__post_init__()
+        self.config()  # num_members and anchored
 
     @property
     def num_chains_to_run(self) -> int:
         return self.num_members
 
     def config(self) -> EnsembleConfig:
-        return EnsembleConfig.build(**self.options_for(EnsembleConfig.build))
+        return self.training_config(self.num_members, anchored=self.anchored)
 
     def settings(self) -> dict:
         return {**self.given(), **self.config().settings()}

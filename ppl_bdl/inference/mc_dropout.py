@@ -66,13 +66,8 @@ from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.nn.dropout import DROPOUT_SEED, ActiveDropout
 from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
-from ppl_bdl.inference.ensemble import EnsembleConfig
-from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
-from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.ensemble import EnsembleConfig, MAPTraining, run_map_steps
 from ppl_bdl.inference.method import (
-    Method,
-    check_bool,
-    check_choice,
     check_int,
     check_params,
     option,
@@ -80,7 +75,6 @@ from ppl_bdl.inference.method import (
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.inference.starts import initial_positions
-from ppl_bdl.optim import unit_schedule
 from ppl_bdl.trace.interpreter import Evaluator
 from ppl_bdl.trace.layout import ModelDensity
 
@@ -248,31 +242,21 @@ def run_mc_dropout(
     """Train with dropout on and return the posterior of ``num_samples`` (weights, mask seed)
     draws, with ``post.losses`` (every step's loss) and ``post.settings["dropout"]`` (the
     layers' paths and rates)."""
-    backend = setup.backend
     plate = minibatch_plate(setup, config.batch_size)
     transition, data, sites = mc_dropout_transition(setup, config, plate)
     setup.settings["dropout"] = [[path, p] for path, p in sites.calls]
     positions = initial_positions(setup, init, 1, seed)
-    keep = np.zeros(config.num_steps, bool)
-    keep[-1] = True
-    plan = plan_run(keep, 1, setup.layout.dim, config.chunk_size, progress)
-
-    def batches(chain: int):
-        return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
-
-    rates = Rates(config.optimizer.lr, unit_schedule(config.optimizer))
-    run = run_chains(
-        backend,
+    run = run_map_steps(
+        setup,
         transition,
-        positions,
-        seed,
-        plan,
         data,
-        batches,
-        "mc_dropout",
-        rates,
+        positions,
+        config,
+        plate,
+        seed=seed,
+        kind="mc_dropout",
         progress=progress,
-        trace=True,
+        chain_ids=[0],
     )
     if run.failure is not None:
         _raise_failure(run)
@@ -300,7 +284,7 @@ def _raise_failure(run) -> None:
 
 # -- the method ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class MCDropout(Method):
+class MCDropout(MAPTraining):
     """MC dropout (Gal & Ghahramani 2016): one MAP fit with the model's Dropout layers on, then
     ``num_samples`` draws, each the fitted weights with its own dropout masks.
 
@@ -313,16 +297,6 @@ class MCDropout(Method):
 
     num_samples: int = option(100, "draws: the fitted weights, each with its own dropout masks")
     num_steps: int = option(2000, "optimizer steps (each with fresh dropout masks)")
-    batch_size: int | None = option(None, "minibatch size (None: the full data)")
-    optimizer: str = option("adam", "'adam' or 'sgd'")
-    lr: float = option(1e-2, "the learning rate")
-    momentum: float = option(0.0, "sgd's momentum")
-    schedule: str = option("constant", "'constant', 'exponential' or 'cosine'")
-    decay: float = option(0.1, "the exponential and cosine schedules' final factor")
-    clip_norm: float | None = option(None, "clip each step's gradient to this norm")
-    chunk_size: int | None = option(None, "steps per compiled call (None: chosen by the driver)")
-    init: Any = option(None, "where the fit starts: 'median', 'uniform', 'prior' or a dict")
-    hold_params: bool = option(False, "hold the model's bdl.param sites at their initial values")
 
     method_name: ClassVar[str] = "mc_dropout"
     hints: ClassVar[dict[str, str]] = {
@@ -334,13 +308,11 @@ class MCDropout(Method):
 
     def __post_init__(self) -> None:
         check_int(self, "num_samples")
-        check_choice(self, "schedule", ("constant", "exponential", "cosine"))
-        check_bool(self, "hold_params")
-        self.config()  # the optimizer's and the run's checks
+        super().__post_init__()
 
     def config(self) -> EnsembleConfig:
         """The training run's settings (those of a one-member ensemble)."""
-        return EnsembleConfig.build(num_members=1, **self.options_for(EnsembleConfig.build))
+        return self.training_config()
 
     def settings(self) -> dict:
         return {**self.given(), "num_samples": self.num_samples, "num_steps": self.num_steps}

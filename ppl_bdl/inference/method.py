@@ -99,9 +99,10 @@ class Method:
         >>> [o.name for o in bdl.CAVI.options()]
         ['num_samples', 'num_steps', 'tol', 'restarts']
         """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
         return [
             OptionInfo(f.name, _type_text(f.type), f.default, f.metadata.get("doc", ""))
-            for f in dataclasses.fields(cls)
+            for f in (fields[name] for name in _declaration_order(cls, fields))
         ]
 
     @classmethod
@@ -254,6 +255,20 @@ def check_bool(method: Method, name: str) -> None:
     value = getattr(method, name)
     if not isinstance(value, bool):
         raise ConfigError(f"{_where(method, name, value)}: {name} must be True or False.")
+
+
+def _declaration_order(cls: type, fields: dict) -> list[str]:
+    """The fields in declaration order, those of a base that lists its options after its
+    subclasses' (``options_listed_last``: a shared set such as the MAP optimizer's) moved to
+    the end; a field a subclass overrides stays in its base's set."""
+    shared = [
+        name
+        for base in cls.__mro__
+        if base.__dict__.get("options_listed_last")
+        for name in base.__dict__.get("__annotations__", {})
+        if name in fields
+    ]
+    return [name for name in fields if name not in shared] + shared
 
 
 def is_plain(value: Any) -> bool:

@@ -61,15 +61,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ppl_bdl.backend_protocol import Batch, Transition
+from ppl_bdl.backend_protocol import Transition
 from ppl_bdl.dsl import math as bm
 from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
+from ppl_bdl.inference.ensemble import EnsembleConfig, MAPTraining, traced_potential
 from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.inference.method import (
-    Method,
-    check_bool,
-    check_choice,
     check_int,
     check_number,
     check_params,
@@ -78,8 +76,7 @@ from ppl_bdl.inference.method import (
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.inference.starts import initial_positions
-from ppl_bdl.optim import OPTIMIZERS, OptimizerConfig
-from ppl_bdl.trace.layout import ModelDensity
+from ppl_bdl.optim import OptimizerConfig
 
 SCHEDULES = ("constant", "cyclical")
 
@@ -281,19 +278,9 @@ def swag_transition(
     rate, and the new iterate collected where :func:`collection_mask` says; info ``loss`` and
     ``grad_norm``; ``emit``: one flat row (count, θ, θ̄, θ̄², D), chain axes kept in front."""
     backend, dim, rank = setup.backend, setup.layout.dim, method.rank
-    density = ModelDensity(setup.bound, backend, setup.layout, setup.params)
-    plate_name = plate[0] if plate else None
+    density, potential_and_grad = traced_potential(setup, plate, method.batch_size)
     optimizer = backend.optimizer(method.optimizer_config())
     m = backend.math
-
-    def potential_and_grad(position, batch: Batch):
-        indices = None if batch.indices is None else {plate_name: batch.indices}
-        return density.value_and_grad(position, batch.data, indices)
-
-    with backend.scope(), backend.activate():
-        example_idx = backend.asarray(np.zeros(method.batch_size), dtype="int") if plate else None
-        example = (backend.asarray(np.zeros(dim)), Batch(density.data, example_idx))
-        potential_and_grad = backend.trace(potential_and_grad, example)
 
     def init(key, position, data):
         params = {"theta": position}
@@ -420,7 +407,7 @@ def _raise_failure(
 
 # -- the method ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class SWAG(Method):
+class SWAG(MAPTraining):
     """SWA-Gaussian (Maddox et al. 2019): a Gaussian N(θ̄, ½(Σ_diag + DDᵀ/(K−1))) fitted to
     the SGD iterates collected after ``swa_start``; ``num_chains`` > 1 is MultiSWAG.
 
@@ -437,21 +424,18 @@ class SWAG(Method):
 
     num_samples: int = option(1000, "draws from each run's Gaussian")
     num_chains: int = option(1, "independent SWAG runs (MultiSWAG), one chain of draws each")
-    num_steps: int = option(2000, "optimizer steps per run, the burn-in included")
     swa_start: int = option(500, "steps before the first iterate is collected (the burn-in)")
     collect_every: int = option(10, "steps between collected iterates (cyclical: the cycle)")
     rank: int = option(20, "K, the deviations kept (the covariance's low rank)")
-    batch_size: int | None = option(None, "minibatch size (None: the full data)")
+    num_steps: int = option(2000, "optimizer steps per run, the burn-in included")
     optimizer: str = option("sgd", "'sgd' or 'adam'")
     lr: float = option(1e-4, "the learning rate (U sums over the data: scale it as 1/N)")
     momentum: float = option(0.9, "sgd's momentum")
     schedule: str = option("constant", "after swa_start: 'constant' or SWA's 'cyclical'")
     decay: float = option(0.1, "cyclical: the rate at a cycle's end, as a fraction of lr")
-    clip_norm: float | None = option(None, "clip each step's gradient to this norm")
-    chunk_size: int | None = option(None, "steps per compiled call (None: chosen by the driver)")
     init: Any = option(None, "where runs start: 'median', 'uniform', 'prior' or a dict")
-    hold_params: bool = option(False, "hold the model's bdl.param sites at their initial values")
 
+    schedules: ClassVar[tuple[str, ...]] = SCHEDULES
     method_name: ClassVar[str] = "swag"
     hints: ClassVar[dict[str, str]] = {
         "num_members": "SWAG's independent runs (MultiSWAG) are num_chains",
@@ -461,18 +445,18 @@ class SWAG(Method):
     }
 
     def __post_init__(self) -> None:
-        for name in ("num_samples", "num_chains", "num_steps", "collect_every"):
+        for name in ("num_samples", "num_chains", "collect_every"):
             check_int(self, name)
         check_int(self, "rank", 2)
         check_int(self, "swa_start", 0)
-        for name in ("batch_size", "chunk_size"):
-            check_int(self, name, optional=True)
-        check_choice(self, "optimizer", OPTIMIZERS)
-        check_choice(self, "schedule", SCHEDULES)
         check_number(self, "decay", 0.0, 1.0, open_high=False)
-        check_bool(self, "hold_params")
-        self.optimizer_config()  # lr, momentum, clip_norm
+        super().__post_init__()
         self._check_collections()
+
+    def training_config(self, num_members: int = 1, **overrides: Any) -> EnsembleConfig:
+        """The optimizer's settings (its checks: lr, momentum, clip_norm); SWA's cyclical
+        schedule is SWAG's own (:meth:`rates`), so the driver's schedule is constant."""
+        return super().training_config(num_members, **{"schedule": "constant", **overrides})
 
     def _check_collections(self) -> None:
         given = (
@@ -499,13 +483,7 @@ class SWAG(Method):
 
     def optimizer_config(self) -> OptimizerConfig:
         """The optimizer's settings (its checks: lr, momentum, clip_norm)."""
-        return OptimizerConfig.build(
-            optimizer=self.optimizer,
-            lr=self.lr,
-            momentum=self.momentum,
-            clip_norm=self.clip_norm,
-            num_steps=self.num_steps,
-        )
+        return self.training_config().optimizer
 
     def rates(self) -> Rates:
         """The steps' learning rates: ``lr``, times SWA's cycles after swa_start (cyclical)."""

@@ -49,15 +49,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ppl_bdl.errors import ConfigError, ModelError
-from ppl_bdl.inference.ensemble import EnsembleConfig
+from ppl_bdl.inference.ensemble import EnsembleConfig, MAPTraining
 from ppl_bdl.inference.laplace.approximation import LaplaceApproximation, checked_precision
 from ppl_bdl.inference.laplace.curvature import curvature
 from ppl_bdl.inference.laplace.kron import fit_kron
 from ppl_bdl.inference.laplace.marglik import rescale_kron_prior, rescale_prior
 from ppl_bdl.inference.laplace.mode import find_mode
 from ppl_bdl.inference.method import (
-    Method,
-    check_bool,
     check_choice,
     check_int,
     check_number,
@@ -75,7 +73,7 @@ FULL_LIMIT = 4096
 
 
 @dataclass(frozen=True)
-class Laplace(Method):
+class Laplace(MAPTraining):
     """The Laplace approximation (MacKay 1992; Daxberger et al. 2021): a Gaussian at the MAP
     whose precision is the potential's Hessian or generalised Gauss-Newton.
 
@@ -98,16 +96,9 @@ class Laplace(Method):
         None, "None: the model's prior; 'marglik': rescale Normal priors' precision"
     )
     batch_size: int | None = option(None, "minibatch of the MAP steps and of the curvature")
-    optimizer: str = option("adam", "'adam' or 'sgd'")
-    lr: float = option(1e-2, "the learning rate")
-    momentum: float = option(0.0, "sgd's momentum")
-    schedule: str = option("constant", "'constant', 'exponential' or 'cosine'")
-    decay: float = option(0.1, "the exponential and cosine schedules' final factor")
-    clip_norm: float | None = option(None, "clip each step's gradient to this norm")
-    chunk_size: int | None = option(None, "steps per compiled call (None: chosen by the driver)")
     init: Any = option(None, "the start (or with num_steps=0 the MAP): a Posterior or a dict")
-    hold_params: bool = option(False, "hold the model's bdl.param sites at their initial values")
 
+    min_steps: ClassVar[int] = 0
     method_name: ClassVar[str] = "laplace"
     hints: ClassVar[dict[str, str]] = {
         "num_chains": "a Laplace fit is one Gaussian: its draws are one chain",
@@ -117,26 +108,22 @@ class Laplace(Method):
 
     def __post_init__(self) -> None:
         check_int(self, "num_samples")
-        check_int(self, "num_steps", 0)
         check_choice(self, "hessian", ("full", "diag", "kron"))
         check_choice(self, "curvature", ("ggn", "hessian"))
         check_choice(self, "subset", ("all", "last_layer"))
         check_number(self, "damping", 0.0, optional=True)
         check_choice(self, "prior_precision", ("marglik",), optional=True)
-        check_bool(self, "hold_params")
         if self.hessian == "kron" and self.curvature != "ggn":
             raise ConfigError(
                 f"hessian='kron' factors the generalised Gauss-Newton of the nn layers; got "
                 f"curvature={self.curvature!r}. Use curvature='ggn' with 'kron', or "
                 "hessian='full' or 'diag' for the exact Hessian."
             )
-        self.config()  # the optimizer's checks
+        super().__post_init__()
 
     def config(self) -> EnsembleConfig | None:
         """The MAP run's settings (one ensemble member); None for ``num_steps=0``."""
-        options = {**self.options_for(EnsembleConfig.build), "num_steps": max(1, self.num_steps)}
-        config = EnsembleConfig.build(num_members=1, **options)
-        return None if self.num_steps == 0 else config
+        return None if self.num_steps == 0 else self.training_config()
 
     def run(self, setup, *, seed: int, progress: bool, log_likelihood: bool, chain_ids):
         check_params(setup, self.name, self.hold_params)

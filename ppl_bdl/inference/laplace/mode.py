@@ -13,12 +13,9 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
-from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition
-from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
-from ppl_bdl.inference.loop.minibatch import EpochBatches
+from ppl_bdl.inference.ensemble import EnsembleConfig, ensemble_transition, run_map_steps
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.inference.starts import initial_positions
-from ppl_bdl.optim import unit_schedule
 
 
 def find_mode(
@@ -37,26 +34,17 @@ def find_mode(
     plate = minibatch_plate(setup, config.batch_size)
     transition, data = ensemble_transition(setup, config, plate)
     positions = initial_positions(setup, init, 1, seed)
-    keep = np.zeros(config.num_steps, bool)
-    keep[-1] = True
-    plan = plan_run(keep, 1, setup.layout.dim, config.chunk_size, progress)
-
-    def batches(member: int):
-        return EpochBatches(plate[1], config.batch_size, [seed, member, 7]) if plate else None
-
-    run = run_chains(
-        setup.backend,
+    run = run_map_steps(
+        setup,
         transition,
-        positions,
-        seed,
-        plan,
         data,
-        batches,
-        "laplace",
-        Rates(config.optimizer.lr, unit_schedule(config.optimizer)),
+        positions,
+        config,
+        plate,
+        seed=seed,
+        kind="laplace",
         progress=progress,
         chain_ids=[0],
-        trace=True,
     )
     if run.failure is not None:
         if run.failure.reason == "interrupted":
