@@ -66,6 +66,7 @@ PUBLIC_MODULES = (
     "ppl_bdl.guides",
     "ppl_bdl.kernels",
     "ppl_bdl.ebm",
+    "ppl_bdl.diffusion",
     "ppl_bdl.backends",
 )
 

@@ -33,7 +33,7 @@ from ppl_bdl.errors import (
     PPLError,
     RunInterrupted,
 )
-from ppl_bdl.inference import ebm
+from ppl_bdl.inference import diffusion, ebm
 from ppl_bdl.inference.cavi.method import CAVI
 from ppl_bdl.inference.ensemble import Ensemble
 from ppl_bdl.inference.laplace import Laplace
@@ -105,6 +105,7 @@ __all__ = [
     "TransformReparam",
     "backends",
     "deterministic",
+    "diffusion",
     "dist",
     "ebm",
     "factor",
