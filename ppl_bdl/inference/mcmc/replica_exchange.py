@@ -314,7 +314,10 @@ def _build_ladder(
     def init(rng_key, position, data):
         return kernel.init(m.stack([position] * num))
 
-    return Transition(init, kernel.step, lambda state: state["position"][0])
+    def emit(state):  # on the state of one chain, or of all chains stacked (a leading axis)
+        return state["position"][..., 0, :]
+
+    return Transition(init, kernel.step, emit)
 
 
 def ladder_energies(
