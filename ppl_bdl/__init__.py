@@ -49,6 +49,7 @@ from ppl_bdl.inference.mcmc.methods import (
     CyclicalSGLD,
 )
 from ppl_bdl.inference.mcmc.native_kernel import native_kernel
+from ppl_bdl.inference.mcmc.replica_exchange import ReSGHMC, ReSGLD
 from ppl_bdl.inference.method import Method
 from ppl_bdl.inference.swag import SWAG
 from ppl_bdl.inference.vi.guides.custom import guide
@@ -76,6 +77,8 @@ __all__ = [
     "Method",
     "NUTS",
     "PSGLD",
+    "ReSGHMC",
+    "ReSGLD",
     "SGHMC",
     "SGLD",
     "SGMCMC",

@@ -39,6 +39,8 @@ def test_every_method_has_a_class_and_a_name():
         "psgld",
         "csgld",
         "csghmc",
+        "resgld",
+        "resghmc",
         "vi",
         "cavi",
         "ensemble",

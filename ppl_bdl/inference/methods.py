@@ -36,6 +36,7 @@ from ppl_bdl.inference.mcmc.methods import (
     CyclicalSGLD,
     kernel_method,
 )
+from ppl_bdl.inference.mcmc.replica_exchange import ReSGHMC, ReSGLD
 from ppl_bdl.inference.method import Method
 from ppl_bdl.inference.swag import SWAG
 from ppl_bdl.inference.vi.method import VI
@@ -51,6 +52,8 @@ METHODS: dict[str, type[Method]] = {
         PSGLD,
         CyclicalSGLD,
         CyclicalSGHMC,
+        ReSGLD,
+        ReSGHMC,
         VI,
         CAVI,
         Ensemble,
