@@ -187,10 +187,13 @@ def fit_vae(
     **options: Any,
 ):
     """(the posterior, the images X) of a VAE fitted to ``n`` stroke images; ``options`` go to
-    ``bdl.fit`` over :data:`SETTINGS` (``objective="iwae"``, ``num_particles=5``, ``lr=...``)."""
+    ``bdl.fit`` over :data:`SETTINGS` (``objective="iwae"``, ``num_particles=5``, ``lr=...``),
+    those named ``refine_*`` to the amortized guide (``refine_steps=5``: its draws refined by
+    MCMC, :mod:`ppl_bdl.inference.vi.guides.amortized_refine`)."""
     X = stroke_images(n, size, likelihood, seed)
     encoder, decoder = networks(architecture, size, latent_dim, hidden)
     model = vae_model(decoder, latent_dim, likelihood, bayesian_decoder, seed)
+    refine = {k: options.pop(k) for k in list(options) if k.startswith("refine_")}
     settings = {**SETTINGS, **options}
     post = bdl.fit(
         model(X),
@@ -198,7 +201,7 @@ def fit_vae(
         method="vi",
         num_steps=num_steps,
         seed=seed,
-        guide=guides.Amortized(encoder, sites=["z"]),
+        guide=guides.Amortized(encoder, sites=["z"], **refine),
         progress=False,
         **settings,
     )

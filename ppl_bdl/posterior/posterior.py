@@ -228,9 +228,13 @@ class Posterior:
         )
 
     # -- amortized guides ---------------------------------------------------------------------
-    def encode(self, X) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def encode(self, X, num_samples: int | None = None, seed: int = 0) -> dict[str, Any]:
         """q(z | x) of new points from a fit with an amortized guide (``guides.Amortized``):
-        ``{site: (loc, scale)}``, NumPy arrays shaped ``(n, *site shape of one point)``.
+        ``{site: (loc, scale)}`` of q_0, NumPy arrays shaped ``(n, *site shape of one point)``,
+        in the site's unconstrained space. With ``num_samples=K``: ``{site: draws}``, K draws
+        per point shaped ``(K, n, *site shape)`` in the site's own space, from q_T when the
+        guide refines its draws (``refine_steps=T``: T MCMC steps targeting p(z | x) at the
+        fitted model), else from q_0.
 
         Example
         -------
@@ -249,7 +253,10 @@ class Posterior:
         >>> bool(abs(loc[0, 0] - 1.6) < 0.2), bool(abs(scale[0, 0] ** 2 - 0.2) < 0.05)
         (True, True)
         """
-        return self._amortized("encode").encode(X)
+        guide = self._amortized("encode")
+        if num_samples is None:
+            return guide.encode(X)
+        return guide.encode(X, num_samples=num_samples, seed=seed, params=self.params)
 
     def log_marginal(self, data, num_particles: int = 1000, seed: int = 0):
         """log p(x) of new points by importance sampling with the encoder of an amortized guide

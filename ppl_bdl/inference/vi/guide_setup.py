@@ -15,6 +15,7 @@ from ppl_bdl.inference.setup import Setup
 from ppl_bdl.inference.starts import initial_positions, prior_draws
 from ppl_bdl.inference.vi import guides as guide_registry
 from ppl_bdl.inference.vi.guides.amortized import Amortized, AmortizedGuide
+from ppl_bdl.inference.vi.guides.amortized_refine import REFINE_OPTIONS, refinement_misplaced
 from ppl_bdl.inference.vi.guides.base import GuideInit
 from ppl_bdl.inference.vi.guides.custom import CustomGuide, bind_guide
 
@@ -130,6 +131,9 @@ def _registered(
     run_options: Iterable[str],
 ):
     """The registered guide ``name`` on ``layout``, its settings checked against its factory."""
+    misplaced = [k for k in REFINE_OPTIONS if k in settings]
+    if misplaced:
+        raise refinement_misplaced(misplaced, f"method='vi' with guide={name!r}")
     factory = guide_registry.get(name)
     accepted = set(inspect.signature(factory).parameters) - {"layout", "backend", "init", "seed"}
     unknown = set(settings) - accepted

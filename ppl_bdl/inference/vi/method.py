@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.method import Method, check_choice, check_int, check_number, is_plain, option
 from ppl_bdl.inference.vi import guides
+from ppl_bdl.inference.vi.guides.amortized_refine import REFINE_OPTIONS
 from ppl_bdl.inference.vi.natural import CURVATURES, NATURAL_OPTIMIZERS
 from ppl_bdl.inference.vi.objectives import KL_MODES, OBJECTIVES
 from ppl_bdl.inference.vi.psis import importance_log_weights
@@ -97,6 +98,11 @@ class VI(Method):
         "init": "VI's start is init_loc",
         "hold_params": "VI fits the model's bdl.param sites as point estimates",
         "step_size": "VI's learning rate is lr",
+        **{
+            name: "it configures the MCMC refinement of an amortized guide's draws; pass it to "
+            f"the guide: guide=guides.Amortized(encoder, sites=[...], {name}=...)"
+            for name in REFINE_OPTIONS
+        },
     }
 
     def __post_init__(self) -> None:

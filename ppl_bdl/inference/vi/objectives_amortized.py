@@ -74,6 +74,7 @@ def point_log_weights(
     model_params=None,
     mask=None,
     path=False,
+    global_draw=None,
 ):
     """(log p of the sites outside the plate − log q(θ), log w (K, B), loc (B, d), scale (B, d))
     at one draw of the global sites (from ``noise_global``) and K draws of the local
@@ -81,7 +82,8 @@ def point_log_weights(
     points), ``data`` the model's arrays, ``indices`` the points (None: all N).
     ``mask`` (NumPy, (d,)): 1 where log q stays Monte Carlo (0: a closed-form KL handles it).
     ``path``: log q with the encoder's outputs and the global guide's parameters held constant
-    (the path derivative; see the module docstring)."""
+    (the path derivative; see the module docstring). ``global_draw``: (θ_g, log q(θ_g)) drawn
+    already (``noise_global`` is then unused)."""
     m = guide.m
     K, B, d = (int(s) for s in eps.shape)
     loc, scale = guide.encode(params, x if indices is None else x[indices])
@@ -96,15 +98,34 @@ def point_log_weights(
     if mask is not None:
         per, n_mc = per * guide.backend.asarray(mask), float(np.sum(mask))
     log_q = m.sum(per, axis=-1) - 0.5 * n_mc * LOG_2PI
-    theta_g, log_q_g = guide.global_draw(params, noise_global, path=path)
+    if global_draw is None:
+        global_draw = guide.global_draw(params, noise_global, path=path)
+    theta_g, log_q_g = global_draw
     sites = guide.global_sites(theta_g)
     sites.update(guide.local_sites(m.reshape(z, (K * B, d))))
-    rows = indices
-    if K > 1:
-        points = guide.backend.arange(B) if indices is None else indices
-        rows = m.concatenate([points] * K)
+    rows = particle_rows(guide, indices, K, B)
     outside, log_p = density(sites, data, rows, model_params)
     return outside - log_q_g, m.reshape(log_p, (K, B)) - log_q, loc, scale
+
+
+def particle_rows(guide, indices, K: int, B: int):
+    """The data plate's indices of K particles of B points, particle-major (None: all N points,
+    one particle)."""
+    if K == 1:
+        return indices
+    points = guide.backend.arange(B) if indices is None else indices
+    return guide.m.concatenate([points] * K)
+
+
+def analytic_kl(kl: tuple, loc, scale, backend):
+    """KL[N(μ, σ²) || N(m, s²)] per point (B,), summed over the coordinates of the sites whose KL
+    term is in closed form (``kl`` from :func:`closed_form_kl`)."""
+    m = backend.math
+    _, mask, prior_loc, prior_scale = kl
+    s = backend.asarray(prior_scale)
+    diff, ratio = (loc - backend.asarray(prior_loc)) / s, scale / s
+    terms = -m.log(ratio) + 0.5 * (ratio * ratio + diff * diff) - 0.5
+    return m.sum(terms * backend.asarray(1.0 - mask), axis=-1)
 
 
 def closed_form_kl(guide, config: ObjectiveConfig):
@@ -155,9 +176,7 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
         guide.params,
         exclude=frozenset(kl[0]) if kl else frozenset(),
     )
-    mask = None
-    if kl is not None:
-        mask, prior_loc, prior_scale, analytic = kl[1], kl[2], kl[3], 1.0 - kl[1]
+    mask = None if kl is None else kl[1]
 
     def loss(params, noise, batch):
         extra = None
@@ -180,11 +199,8 @@ def make_amortized_loss(guide, config: ObjectiveConfig, model_params=None):
             path,
         )
         bound = per_point_bound(log_w, config, m)
-        if kl is not None:  # KL[N(mu, sigma^2) || N(m, s^2)] per coordinate, summed per point
-            s = backend.asarray(prior_scale)
-            diff, ratio = (loc - backend.asarray(prior_loc)) / s, scale / s
-            terms = -m.log(ratio) + 0.5 * (ratio * ratio + diff * diff) - 0.5
-            bound = bound - m.sum(terms * backend.asarray(analytic), axis=-1)
+        if kl is not None:
+            bound = bound - analytic_kl(kl, loc, scale, backend)
         return -(outside + (N / B) * m.sum(bound))
 
     return loss, density

@@ -48,6 +48,7 @@ from ppl_bdl.inference.vi.guide_setup import (
     guide_init,
 )
 from ppl_bdl.inference.vi.guides.amortized import Amortized
+from ppl_bdl.inference.vi.guides.amortized_fitted import FittedAmortized
 from ppl_bdl.inference.vi.guides.base import FittedGuide, ParamLayout
 from ppl_bdl.inference.vi.monitor import (
     AUTO_MAX_STEPS,
@@ -64,6 +65,7 @@ from ppl_bdl.inference.vi.objectives import (
     make_loss,
 )
 from ppl_bdl.inference.vi.objectives_amortized import make_amortized_loss
+from ppl_bdl.inference.vi.objectives_refined import make_refined_loss
 from ppl_bdl.inference.vi.program_key import vi_transition_key
 from ppl_bdl.optim import OptimizerConfig, unit_schedule
 from ppl_bdl.trace.layout import ModelDensity
@@ -335,9 +337,8 @@ class VIRun:
         self.model_params = ModelParams(model_sites, backend) if model_sites else None
         self.kl = None if amortized else analytic_kl_sites(setup, self.guide, self.objective)
         if amortized:  # per-point bounds (ppl_bdl.inference.vi.objectives_amortized)
-            self.loss, self.density = make_amortized_loss(
-                self.guide, self.objective, self.model_params
-            )
+            make = make_refined_loss if self.guide.refinement.steps else make_amortized_loss
+            self.loss, self.density = make(self.guide, self.objective, self.model_params)
         else:
             exclude = frozenset(self.kl.sites) if self.kl is not None else frozenset()
             self.density = ModelDensity(setup.bound, backend, setup.layout, setup.params, exclude)
@@ -528,7 +529,14 @@ class VIRun:
         current ones."""
         params = self._current(chain) if params is None else params
         flat = self.guide.param_layout.pack({k: params[k] for k in self.guide.param_layout.shapes})
-        return self.guide.fitted(flat, settings=self.guide_settings)
+        fitted = self.guide.fitted(flat, settings=self.guide_settings)
+        if isinstance(fitted, FittedAmortized):  # a refinement's chains target the fitted model
+            backend = self.setup.backend
+            fitted.model_params = {
+                k: np.asarray(backend.to_numpy(v))
+                for k, v in self.fitted_model_params(params).items()
+            }
+        return fitted
 
     def fitted_model_params(self, params: dict | None = None) -> dict:
         """The model's ``param`` sites at ``params`` (else the current), constrained (backend

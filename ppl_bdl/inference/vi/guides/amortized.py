@@ -40,7 +40,9 @@ import numpy as np
 
 from ppl_bdl.dsl.nn import Module, SampledNetwork, initial_values
 from ppl_bdl.errors import ConfigError, ModelError, one_of
+from ppl_bdl.inference.mcmc.batched_hmc import hmc_chains
 from ppl_bdl.inference.vi.guides.amortized_fitted import FittedAmortized
+from ppl_bdl.inference.vi.guides.amortized_refine import LOG_STEP_SIZE, Refinement
 from ppl_bdl.inference.vi.guides.amortized_sites import global_layout, input_argument, local_plate
 from ppl_bdl.inference.vi.guides.base import LOG_2PI, Guide, GuideInit, ParamLayout
 from ppl_bdl.trace.layout import LatentLayout
@@ -49,6 +51,8 @@ from ppl_bdl.trace.layout import LatentLayout
 FAMILIES = ("normal",)
 #: The prefix of the encoder's weights among the guide's parameters.
 ENCODER = "encoder:"
+#: The prefix of a refinement's parameters (its adapted step size).
+REFINE = "refine:"
 #: Points encoded per call outside the training loop (bounds the activations held at once).
 ENCODE_CHUNK = 4096
 
@@ -79,6 +83,20 @@ class Amortized:
     global_guide : str
         The registered guide (``"meanfield"``, ``"lowrank"``, ``"delta"``, ...) of the model's
         other latent sites; the fit's guide settings (``init_scale=``, ``rank=``) go to it.
+    refine_steps : int
+        T >= 0: each draw z_0 ~ q_0(z | x) of the encoder is refined by T steps of a Markov
+        kernel that leaves p(z | x, θ) invariant, and the model is fitted on the refined draws
+        (:mod:`ppl_bdl.inference.vi.guides.amortized_refine`; Hoffman 2017). 0: none.
+    refine_kernel : str
+        ``"hmc"`` (Metropolis-adjusted HMC) or ``"langevin"`` (MALA, Metropolis-adjusted).
+    refine_step_size : float
+        The kernel's step size, in the coordinates (z − μ_φ(x)) / σ_φ(x) the encoder standardises.
+    refine_leapfrog : int
+        Leapfrog steps of one HMC step (``"langevin"``: 1).
+    refine_target_accept : float, optional
+        None: a fixed step size. A number in (0, 1): the step size is adapted during training
+        toward this mean acceptance probability (then fitted as the guide's
+        ``refine:log_step_size``).
 
     Example
     -------
@@ -96,6 +114,11 @@ class Amortized:
         family: str = "normal",
         inputs: str | None = None,
         global_guide: str = "meanfield",
+        refine_steps: int = 0,
+        refine_kernel: str = "hmc",
+        refine_step_size: float = 0.25,
+        refine_leapfrog: int = 4,
+        refine_target_accept: float | None = None,
     ):
         if not isinstance(encoder, Module):
             raise ConfigError(
@@ -124,11 +147,16 @@ class Amortized:
             )
         self.encoder, self.sites, self.family = encoder, sites, family
         self.inputs, self.global_guide = inputs, global_guide
+        self.refinement = Refinement.build(
+            refine_steps, refine_kernel, refine_step_size, refine_leapfrog, refine_target_accept
+        )
 
     def __repr__(self) -> str:
+        r = self.refinement
+        refine = f", refine_steps={r.steps}, refine_kernel={r.kernel!r}" if r.steps else ""
         return (
             f"Amortized(encoder={self.encoder.path!r}, sites={self.sites}, "
-            f"family={self.family!r}, global_guide={self.global_guide!r})"
+            f"family={self.family!r}, global_guide={self.global_guide!r}{refine})"
         )
 
 
@@ -181,6 +209,9 @@ class AmortizedGuide(Guide):
         self._encoder_init = initial_values(self.encoder, self.backend, seed)
         shapes = {} if self.global_guide is None else dict(self.global_guide.param_layout.shapes)
         shapes.update({ENCODER + k: v.shape for k, v in self._encoder_init.items()})
+        self.refinement = spec.refinement
+        if self.refinement.adapts:
+            shapes[LOG_STEP_SIZE] = (1,)
         self.param_layout = ParamLayout(shapes)
         self._check_encoder()
 
@@ -188,7 +219,8 @@ class AmortizedGuide(Guide):
     def split_params(self, params: dict) -> tuple[dict, dict]:
         """(the global guide's parameters, the encoder's weights by site name)."""
         enc = {k[len(ENCODER) :]: v for k, v in params.items() if k.startswith(ENCODER)}
-        return {k: v for k, v in params.items() if not k.startswith(ENCODER)}, enc
+        own = (ENCODER, REFINE)
+        return {k: v for k, v in params.items() if not k.startswith(own)}, enc
 
     def encode(self, params: dict, x) -> tuple[Any, Any]:
         """loc and scale of q(z | x) for a batch of inputs ``x``: each (B, d), d =
@@ -236,13 +268,43 @@ class AmortizedGuide(Guide):
 
     def noise_shape(self, num: int) -> tuple[int]:
         """The noise of one training step of ``num`` particles, flat: one draw of the global
-        sites, then ``num`` draws of the local coordinates of the ``batch`` points."""
-        return (self.global_noise_size() + num * self.batch * self.local_dim,)
+        sites, then ``num`` draws of the local coordinates of the ``batch`` points, then their
+        chains' noise (a refinement's)."""
+        rows = num * self.batch
+        chains = self.refinement.noise_size(rows, self.local_dim)
+        return (self.global_noise_size() + rows * self.local_dim + chains,)
+
+    def step_size(self, params: dict) -> Any:
+        """The refinement's step size: fixed, or the adapted one in ``params``."""
+        if not self.refinement.adapts:
+            return self.refinement.step_size
+        return self.m.exp(self.m.reshape(params[LOG_STEP_SIZE], ()))
+
+    def refine(self, density, params, z0, loc, scale, theta_g, data, rows, model_params, noise):
+        """The refined draws z_T (R, d) of the rows ``rows`` of the data plate from z_0 (R, d),
+        q_0's loc and scale (R, d), at the global draw θ_g, and the mean acceptance
+        probability; ``noise`` (T, R, d + 4). Everything is held constant (no gradient)."""
+        m = self.m
+        sites = self.global_sites(m.stop_gradient(theta_g))
+        if model_params is not None:
+            model_params = {k: m.stop_gradient(v) for k, v in model_params.items()}
+
+        def log_density(z):
+            return density({**sites, **self.local_sites(z)}, data, rows, model_params)[1]
+
+        step = m.stop_gradient(self.step_size(params))
+        fixed = [m.stop_gradient(a) for a in (loc, scale, z0)]
+        z, accept = hmc_chains(
+            log_density, *fixed, noise, step, self.refinement.leapfrog, self.backend
+        )
+        return m.stop_gradient(z), m.stop_gradient(accept)
 
     # -- the guide over the whole flat vector (the fitted guide, the posterior) ---------------
     def initial_params(self) -> dict[str, np.ndarray]:
         params = {} if self.global_guide is None else self.global_guide.initial_params()
         params.update({ENCODER + k: v for k, v in self._encoder_init.items()})
+        if self.refinement.adapts:
+            params[LOG_STEP_SIZE] = np.full(1, np.log(self.refinement.step_size))
         return params
 
     def encode_all(self, params: dict, X) -> tuple[Any, Any]:
@@ -306,6 +368,8 @@ class AmortizedGuide(Guide):
         gparams, enc = self.split_params(params)
         out = {} if self.global_guide is None else self.global_guide.describe(gparams)
         out.update({ENCODER + k: np.asarray(v) for k, v in enc.items()})
+        if LOG_STEP_SIZE in params:
+            out["refine:step_size"] = np.exp(np.asarray(params[LOG_STEP_SIZE]))
         return out
 
     def _assemble(self, theta_g, z):

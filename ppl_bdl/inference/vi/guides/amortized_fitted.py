@@ -20,6 +20,7 @@ import numpy as np
 
 from ppl_bdl.dsl.model import BoundModel, Model, unbound_message
 from ppl_bdl.errors import ConfigError, DataError
+from ppl_bdl.inference.mcmc.batched_hmc import EXTRA_NORMALS
 from ppl_bdl.inference.vi.guides.amortized_sites import input_argument
 from ppl_bdl.inference.vi.guides.base import FittedGuide, check_positive_int
 from ppl_bdl.inference.vi.objectives_amortized import point_log_weights
@@ -69,12 +70,28 @@ class FittedAmortized(FittedGuide):
     (``post.guide``): what every fitted guide offers, and :meth:`encode` and
     :meth:`log_marginal`."""
 
-    def encode(self, X) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """q(z | x) of the rows of ``X`` (n, *event, as the encoder's training input): each local
-        site's (loc, scale), NumPy arrays shaped (n, *site shape of one point), in the site's
-        unconstrained space (its own space for a real-valued site)."""
+    #: The model's fitted ``bdl.param`` values (constrained, NumPy) that a refinement's chains
+    #: target (set by the fit; None: the values the guide was built with).
+    model_params: dict | None = None
+
+    def encode(
+        self, X, num_samples: int | None = None, seed: int = 0, params: dict | None = None
+    ) -> dict[str, Any]:
+        """q(z | x) of the rows of ``X`` (n, *event, as the encoder's training input).
+
+        Without ``num_samples``: q_0's each local site's (loc, scale), NumPy arrays shaped (n,
+        *site shape of one point), in the site's unconstrained space (its own space for a
+        real-valued site). With ``num_samples=K``: K draws per point of each local site, in its
+        own space, shaped (K, n, *site shape), from q_T (the encoder's draws refined by the
+        guide's T MCMC steps at the model's ``params``, else the fitted ones; one draw of the
+        global latents per k) or from q_0 when T = 0; ``seed`` seeds them."""
         g, backend = self.guide, self.guide.backend
         X = self._check_inputs(X)
+        if num_samples is not None:
+            K = check_positive_int("num_samples", num_samples)
+            data = rebind(g.trace.bound, g.input_name, X)
+            _, z = self._local_draws(data, K, seed, params)
+            return self._constrained_sites(z)
         with backend.scope(), backend.activate():
             loc, scale = g.encode_all(g.unpack(backend.asarray(self.phi)), backend.asarray(X))
             loc, scale = np.asarray(backend.to_numpy(loc)), np.asarray(backend.to_numpy(scale))
@@ -83,6 +100,78 @@ class FittedAmortized(FittedGuide):
             cut = slice(start, start + size)
             out[name] = tuple(a[:, cut].reshape((len(X),) + shape) for a in (loc, scale))
             start += size
+        return out
+
+    def sample_unconstrained(self, n: int, seed: int = 0) -> np.ndarray:
+        """``n`` draws of the flat unconstrained vector (n, D): q_0's, or with a refinement the
+        local sites' refined draws of every training point (q_T)."""
+        g, backend = self.guide, self.guide.backend
+        if not g.refinement.steps:
+            return super().sample_unconstrained(n, seed)
+        theta_g, z = self._local_draws(g.trace.bound, n, seed, None)
+        with backend.scope(), backend.activate():
+            flat = g._assemble(backend.asarray(theta_g), backend.asarray(z))
+            return np.asarray(backend.to_numpy(flat))
+
+    def _local_draws(self, data: BoundModel, num: int, seed: int, params: dict | None):
+        """(global draws (num, d_g), local draws (num, n, d)) of the points of ``data``: the
+        encoder's, refined by the guide's chains at the model's ``params`` (see
+        :meth:`encode`), NumPy."""
+        g, backend = self.guide, self.guide.backend
+        params = self.model_params if params is None else params
+        name, position = input_argument(data, backend, g.input_name, _rows(data, g.input_name))
+        n, d = _rows(data, name), g.local_dim
+        with backend.scope(), backend.activate():
+            model_params = (
+                None if params is None else {k: backend.asarray(v) for k, v in params.items()}
+            )
+            local = frozenset(s for s, _, _ in g.local)
+            density = PointDensity(data, backend, g.plate, local, model_params or g.params)
+            phi = g.unpack(backend.asarray(self.phi))
+            k_global, k_local = backend.random.split(backend.random.key(seed))
+            theta_g = backend.math.zeros((num, 0))
+            if g.global_guide is not None:
+                theta_g, _ = g.global_guide.sample(g.split_params(phi)[0], k_global, num)
+            theta_g = np.asarray(backend.to_numpy(theta_g))
+            run = backend.jit(_draw_chunk(g, density, position))
+            # Rows are (draw, point) pairs; without global latents, draws share one chain run.
+            groups = (
+                [(k, np.arange(n)) for k in range(num)]
+                if theta_g.shape[1]
+                else [(0, np.tile(np.arange(n), num))]
+            )
+            out = [
+                self._group(run, phi, k_local, theta_g[k], density, rows, c)
+                for c, (k, rows) in enumerate(groups)
+            ]
+        return theta_g, np.concatenate(out).reshape(num, n, d)
+
+    def _group(self, run, phi, key, theta_g, density, rows: np.ndarray, group: int) -> np.ndarray:
+        """The draws (len(rows), d) of the rows ``rows`` at the global draw ``theta_g``, in
+        chunks of at most :data:`ROWS_PER_CALL` (the last one padded)."""
+        backend = self.guide.backend
+        size = min(len(rows), ROWS_PER_CALL)
+        parts = []
+        for c, start in enumerate(range(0, len(rows), size)):
+            real = min(size, len(rows) - start)
+            idx = rows[np.minimum(np.arange(start, start + size), len(rows) - 1)]
+            key = backend.random.fold_in(backend.random.fold_in(key, group), c)
+            z = run(phi, key, backend.asarray(theta_g), density.data, backend.asarray(idx, "int"))
+            parts.append(np.asarray(backend.to_numpy(z), dtype=float)[:real])
+        return np.concatenate(parts)
+
+    def _constrained_sites(self, z: np.ndarray) -> dict[str, np.ndarray]:
+        """Local draws (K, n, d) as each local site's values in its own space (K, n, *shape)."""
+        g, backend = self.guide, self.guide.backend
+        K, n = z.shape[:2]
+        out, start = {}, 0
+        with backend.scope(), backend.activate():
+            for name, shape, size in g.local:
+                u = backend.asarray(z[:, :, start : start + size].reshape((K, n) + shape))
+                transform = backend.biject_to(g.layout.sites[name].native.support)
+                value = u if transform is None else transform(u)
+                out[name] = np.asarray(backend.to_numpy(value))
+                start += size
         return out
 
     def log_marginal(
@@ -158,6 +247,25 @@ class FittedAmortized(FittedGuide):
         if not np.all(np.isfinite(X)):
             raise DataError("the encoder's inputs hold non-finite values; remove or impute them.")
         return X
+
+
+def _draw_chunk(guide, density: PointDensity, position: int):
+    """``run(phi, key, theta_g, arrays, idx) -> z (P, d)``: draws of q_0 at the points ``idx``,
+    refined by the guide's chains (when it has T > 0 steps) at the global draw ``theta_g``."""
+    backend, refinement = guide.backend, guide.refinement
+
+    def run(phi, key, theta_g, arrays, idx):
+        loc, scale = guide.encode(phi, arrays[position][idx])
+        k_start, k_chain = backend.random.split(key)
+        z0 = loc + scale * backend.random.normal(k_start, tuple(loc.shape))
+        if not refinement.steps:
+            return z0
+        rows, d = int(loc.shape[0]), guide.local_dim
+        noise = backend.random.normal(k_chain, (refinement.steps, rows, d + EXTRA_NORMALS))
+        z, _ = guide.refine(density, phi, z0, loc, scale, theta_g, arrays, idx, None, noise)
+        return z
+
+    return run
 
 
 def rebind(bound: BoundModel, name: str, X: np.ndarray) -> BoundModel:
