@@ -113,13 +113,25 @@ def backend(request) -> str:
 REQUIRE_SHARED_ENV = "PPL_BDL_REQUIRE_SHARED"
 
 
+#: The tests measured too long for the default run (see the file's header): marked slow.
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def _measured_slow() -> set[str]:
+    lines = SLOW_TESTS.read_text().splitlines()
+    return {line.split("#")[0].strip() for line in lines} - {""}
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects
 def pytest_collection_modifyitems(config, items):
-    # Every test that uses the shared_data fixture carries the marker of the same name, so
-    # `-m shared_data` runs exactly the tests that need the full shared data sets. A test
-    # marked slow_on("pyro") is slow when its `backend` fixture is Pyro: the same statistical
-    # check on the other backend stays in the default run.
+    # The tests listed in slow_tests.txt are slow. Every test that uses the shared_data fixture
+    # carries the marker of the same name, so `-m shared_data` runs exactly the tests that need
+    # the full shared data sets. A test marked slow_on("pyro") is slow when its `backend`
+    # fixture is Pyro: the same statistical check on the other backend stays in the default run.
+    measured_slow = _measured_slow()
     for item in items:
+        if item.nodeid in measured_slow:
+            item.add_marker(pytest.mark.slow)
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.shared_data)
         slow_on = item.get_closest_marker("slow_on")

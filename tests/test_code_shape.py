@@ -42,3 +42,17 @@ def test_no_function_is_over_100_lines():
 def test_the_measure_sees_every_package():
     files = {Path(p).relative_to(ROOT).parts[0] for p in _sources()}
     assert files == set(FOLDERS)
+
+
+def test_every_test_listed_slow_exists():
+    """tests/slow_tests.txt names tests that exist: a renamed or deleted test leaves no stale line
+    (which would silently put its successor back into the default run)."""
+    from conftest import _measured_slow
+
+    tests = Path(__file__).parent
+    for node in sorted(_measured_slow()):
+        path, _, name = node.partition("::")
+        function = name.split("[")[0]
+        source = tests.parent / path
+        assert source.is_file(), f"slow_tests.txt: {node}: no file {path}"
+        assert f"def {function}(" in source.read_text(), f"slow_tests.txt: {node}: no {function}"
