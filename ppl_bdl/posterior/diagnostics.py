@@ -73,6 +73,10 @@ _LABELS = {
     "(> {threshold:.3g})",
     "ensemble_not_flat": "member losses still fell by up to {value:.1%} of their whole fall "
     "over the last 10% of steps (> {threshold:.0%})",
+    "map_above_minimum": "the training loss ended {value:.3g} above its running minimum "
+    "(> {threshold:.3g})",
+    "map_not_flat": "the training loss still fell by {value:.1%} of its whole fall over the last "
+    "10% of steps (> {threshold:.0%})",
     "psis_khat": "Pareto k̂ {value:.2f} > {threshold:.2f}",
     "cavi_not_converged": "CAVI's ELBO still changed by more than tol={threshold:.2g} after "
     "{value:.0f} sweeps",
@@ -185,7 +189,7 @@ def check_fit(post, log_weights=None) -> Diagnostics:
     if post.method == "ensemble":
         return Diagnostics(ensemble_findings(post.losses, post.settings.get("members")))
     if post.method == "mc_dropout":  # one MAP fit's loss curve; its draws differ by masks only
-        return Diagnostics(ensemble_findings(post.losses))
+        return Diagnostics(map_findings(post.losses))
     if post.method == "swag":  # independent draws from fitted Gaussians: no mixing to check
         return Diagnostics()
     findings = mcmc_findings(post)
@@ -380,6 +384,22 @@ def cavi_findings(settings: dict, log_weights=None) -> list[Finding]:
 def _loss_curve_findings(losses) -> list[Finding]:
     checks = _loss_curve_checks(losses)
     return [Finding(f"vi_{k}", (), *v, _CURVE_ADVICE[k]) for k, v in checks.items()]
+
+
+def map_findings(losses) -> list[Finding]:
+    """One MAP training run's checks (MC dropout): its loss curve, as VI's, read as training.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> [f.kind for f in map_findings(np.linspace(100.0, 0.0, 200))]
+    ['map_not_flat']
+    """
+    curve = np.asarray(losses if losses is not None else (), dtype=float).reshape(-1)
+    if curve.size < 50:
+        return []
+    checks = _loss_curve_checks(curve)
+    return [Finding(f"map_{k}", (), *v, _CURVE_ADVICE[k]) for k, v in checks.items()]
 
 
 def ensemble_findings(losses, members=None) -> list[Finding]:
