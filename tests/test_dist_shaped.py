@@ -179,3 +179,32 @@ def test_bad_arguments_outside_a_model():
         dist.Normal(0.0, 1.0).to_event(-1)
     with pytest.raises(DistributionError, match="boolean array, got float64"):
         dist.Normal(0.0, 1.0).mask(A([1.0, 0.0]))
+
+
+@bdl.model
+def _masked_classifier(X, y=None):
+    w = bdl.sample("w", dist.Normal(0.0, 1.0).expand((2, 3)).to_event(2))
+    with bdl.plate("data", X.shape[0]) as idx:
+        logits = bdl.math.matmul(X[idx], w)
+        bdl.sample("y", dist.Categorical(logits=logits).mask(True), obs=y)
+
+
+def test_a_masked_categorical_is_predicted_as_a_classifier():
+    """A masked (or reshaped) Categorical is still a classifier: its predictive has class
+    probabilities, each the mean over draws of the softmax of that draw's logits."""
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = (X[:, 0] > 0).astype(int)
+    post = bdl.fit(
+        _masked_classifier(X, y),
+        backend="numpyro",
+        method="vi",
+        num_steps=30,
+        num_samples=20,
+        progress=False,
+    )
+    pred = post.predict(_masked_classifier(X), seed=0)
+    w = np.asarray(post.samples["w"]).reshape(-1, 2, 3)
+    logits = X @ w  # (draws, points, classes)
+    softmax = np.exp(logits - logits.max(-1, keepdims=True))
+    expected = (softmax / softmax.sum(-1, keepdims=True)).mean(0)
+    np.testing.assert_allclose(pred.probs, expected, rtol=1e-4, atol=1e-6)

@@ -217,7 +217,7 @@ def _result(sites: dict, draws, moments, site):
     record = sites[site]
     shape = tuple(record.shape.batch + record.shape.extra)
     return PredictiveResult(
-        draws=draws, site=site, **_summaries(moments[site], site, record.spec.name, shape)
+        draws=draws, site=site, **_summaries(moments[site], site, record.spec.family, shape)
     )
 
 

@@ -171,11 +171,19 @@ def _draws_and_moments(sites: dict, vals: dict) -> tuple[dict, dict]:
             continue
         draws[name] = site.value
         if site.kind in ("latent", "observed") and site.spec is not None:
-            if site.spec.name in CLASSIFIERS:
-                moments[name] = {"probs": site.native.probs}
-            elif not site.spec.is_discrete or site.spec.name in COUNTS:
+            if site.spec.family in CLASSIFIERS:  # a masked or reshaped one too
+                moments[name] = {"probs": _family_native(site.native).probs}
+            elif not site.spec.is_discrete or site.spec.family in COUNTS:
                 moments[name] = {"mean": site.native.mean, "variance": site.native.variance}
     return draws, moments
+
+
+def _family_native(native):
+    """The backend's distribution of the family under its masks and reshapes (their
+    ``base_dist``), which holds the family's parameters (``probs``)."""
+    while not hasattr(native, "probs") and hasattr(native, "base_dist"):
+        native = native.base_dist
+    return native
 
 
 def _point_chunking(sites: dict) -> tuple[str | None, dict]:
@@ -211,7 +219,7 @@ def _full(moment: np.ndarray, sites, name: str, kind: str, axes: dict, points: i
     target = list(shape.batch + shape.extra)
     target[axis] = points
     # Categorical probabilities have a class axis after the site's shape; Bernoulli's do not.
-    classes = kind == "probs" and sites[name].spec.name == "Categorical"
+    classes = kind == "probs" and sites[name].spec.family == "Categorical"
     trailing = moment.shape[-1:] if classes else ()
     core = moment.shape[1 : moment.ndim - len(trailing)]
     padded = moment.reshape(moment.shape[:1] + (1,) * (len(target) - len(core)) + core + trailing)
