@@ -75,9 +75,10 @@ def test_the_string_form_builds_the_same_method():
 @pytest.mark.parametrize("backend", ["numpyro", "pyro"])
 @pytest.mark.parametrize("accept", [True, False])
 def test_objective_gradient_matches_finite_differences(backend, accept):
-    """On a 2-d Gaussian in float64: the reparameterisation gradient through T = 2 moves of 3
+    """On a 3-d Gaussian in float64: the reparameterisation gradient through T = 2 moves of 3
     leapfrog steps equals central differences. Every proposal accepted (log u = −50), or every
-    one rejected (log u = 50: z_T = z_0, the step size's gradient 0: the decision is a mask)."""
+    one rejected (log u = 50: z_T = z_0, the step size's gradient 0: the decision is a mask);
+    q_0's mean and scale get the gradient of q_0's own ELBO."""
     setup = prepare(anisotropic(), backend, "float64", 0)
     b, m = setup.backend, setup.backend.math
     density = ModelDensity(setup.bound, b, setup.layout)
@@ -94,9 +95,10 @@ def test_objective_gradient_matches_finite_differences(backend, accept):
             params = {k: b.asarray(v) for k, v in params.items()}
             return fn(params, fixed, *noise, log_u, density.data)[0]
 
+        point_arrays = {k: b.asarray(v) for k, v in point.items()}
         _, grads = b.value_and_grad(
             lambda p: fn(p, fixed, *noise, log_u, density.data), has_aux=True
-        )({k: b.asarray(v) for k, v in point.items()})
+        )(point_arrays)
         h = 1e-6
         for name, at in point.items():
             flat = np.atleast_1d(at).astype(float)
@@ -113,6 +115,25 @@ def test_objective_gradient_matches_finite_differences(backend, accept):
             np.testing.assert_allclose(exact, numeric, rtol=1e-5, atol=1e-7)
         if not accept:
             assert float(m.abs(grads["log_step_size"])) == 0.0
+        # q_0's own ELBO, -U(μ + σ ⊙ ξ) + Σ log σ, gives the gradient of its mean and scale
+        init = {k: np.asarray(b.to_numpy(v), float) for k, v in fixed.items()}
+        _, q0_grads = b.value_and_grad(
+            lambda p: fn({**point_arrays, **p}, {}, *noise, log_u, density.data), has_aux=True
+        )({k: b.asarray(v) for k, v in init.items()})
+
+        def q0_elbo(mean, log_scale):
+            z = b.asarray(mean + np.exp(log_scale) * b.to_numpy(noise[0]))
+            return -float(density.value_and_grad(z, density.data)[0]) + log_scale.sum()
+
+        for i in range(3):
+            step = np.eye(3)[i] * h
+            mean, log_scale = init["init_mean"], init["init_log_scale"]
+            by_mean = (q0_elbo(mean + step, log_scale) - q0_elbo(mean - step, log_scale)) / (2 * h)
+            by_scale = q0_elbo(mean, log_scale + step) - q0_elbo(mean, log_scale - step)
+            np.testing.assert_allclose(float(q0_grads["init_mean"][i]), by_mean, rtol=1e-5)
+            np.testing.assert_allclose(
+                float(q0_grads["init_log_scale"][i]), by_scale / (2 * h), rtol=1e-5
+            )
 
 
 # -- an anisotropic Gaussian, known exactly ----------------------------------------------------

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
-from ppl_bdl.errors import InferenceError
+from ppl_bdl.errors import InferenceError, RunInterrupted
 from ppl_bdl.inference.ensemble import traced_potential
 from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
@@ -137,7 +137,7 @@ def elbo_objective(backend, potential_and_grad, config: ElboTuning):
 
     The chain starts at z_0 = μ + s σ ⊙ ξ (q_0 widened by s = ``init_inflation``; μ and σ not
     differentiated here) and ``objective`` = log p(x, z_T) + H[q_0] (up to a constant), whose
-    gradient in (log ε, log m) is Campbell et al.'s. ``surrogate`` is what is differentiated:
+    gradient in (log ε, log r) is Campbell et al.'s. ``surrogate`` is what is differentiated:
     log p(x, z_T), plus, with ``tune_init``, q_0's own ELBO log p(x, μ + σ ⊙ ξ) + Σ log σ,
     the gradient of (μ, log σ)."""
     m = backend.math
@@ -275,6 +275,11 @@ def tune(setup: Setup, config: ElboTuning, start: np.ndarray, seed: int, progres
         chain_ids=[0],
         trace=True,
     )
+    if run.failure is not None and run.failure.reason == "interrupted":
+        raise RunInterrupted(
+            f"HMC's ELBO tuning was interrupted at step {run.failure.step} of {config.steps}, "
+            "before any draw."
+        )
     if run.failure is not None:
         raise InferenceError(
             f"HMC's ELBO tuning: every particle's objective or gradient was not finite at step "
