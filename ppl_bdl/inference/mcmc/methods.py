@@ -22,15 +22,43 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ppl_bdl.errors import ConfigError
+from ppl_bdl.inference.mcmc.elbo_tuning import (
+    DEFAULT_INITIAL_STEP_SIZE,
+    ElboTuning,
+    run_elbo_hmc,
+)
 from ppl_bdl.inference.mcmc.kernels import registry
 from ppl_bdl.inference.mcmc.native import NativeConfig, run_native_mcmc
 from ppl_bdl.inference.mcmc.neutra import check_neutra
 from ppl_bdl.inference.mcmc.sgmcmc import DRIVER_SUPPLIED, SGMCMCConfig, run_sgmcmc
-from ppl_bdl.inference.method import Method, check_bool, check_int, check_params, option
+from ppl_bdl.inference.method import (
+    Method,
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_params,
+    option,
+)
 
 #: Latent dimensions above which NUTS/HMC warn before they start: every draw costs up to
 #: 2^max_tree_depth gradients of the full data, which on a network's posterior is the usual case.
 NUTS_DIM_WARNING = 500
+#: How HMC sets its step size and mass: the backend's warmup, or tuned by the ELBO.
+ADAPTATIONS = ("dual_averaging", "elbo")
+#: HMC's options of ``adapt="elbo"`` (NUTS refuses them, saying to use HMC).
+ELBO_OPTIONS = (
+    "adapt",
+    "elbo_steps",
+    "elbo_lr",
+    "elbo_chain_length",
+    "elbo_particles",
+    "elbo_tune_init",
+    "elbo_init_scale",
+    "elbo_init_inflation",
+)
+#: Leapfrog steps per HMC draw when num_steps is None (the backends' default).
+DEFAULT_LEAPFROG_STEPS = 10
 
 
 class CostWarning(UserWarning):
@@ -154,28 +182,126 @@ class NUTS(_Native):
         **_Native.hints,
         "num_steps": "NUTS picks its number of leapfrog steps per draw; bound it with "
         "max_tree_depth (or use bdl.HMC(num_steps=...))",
+        **{
+            name: "NUTS adapts its step size and mass by dual averaging during warmup; tuning "
+            "them by the ELBO differentiates through a fixed number of leapfrog steps: use "
+            "bdl.HMC(adapt='elbo', num_steps=...)"
+            for name in ELBO_OPTIONS
+        },
     }
 
 
 @dataclass(frozen=True)
 class HMC(_Native):
-    """Hamiltonian Monte Carlo of the backend with a fixed number of leapfrog steps per draw
-    (Neal 2011), its step size and mass adapted during warmup.
+    """Hamiltonian Monte Carlo with a fixed number of leapfrog steps per draw (Neal 2011).
+
+    ``adapt="dual_averaging"`` (the default) runs the backend's HMC, its step size and mass
+    adapted during warmup. ``adapt="elbo"`` tunes the step size and a diagonal mass (and the
+    chains' initial distribution q_0) by gradient ascent on an ELBO-like objective
+    differentiated through ``elbo_chain_length`` HMC moves (Campbell et al. 2021; "Bayesian
+    Computation in Deep Learning", Eq. 3.19), then samples with them fixed
+    (:mod:`~ppl_bdl.inference.mcmc.elbo_tuning`).
 
     Example
     -------
     >>> import ppl_bdl as bdl
     >>> bdl.HMC(num_steps=20).num_steps
     20
+    >>> bdl.HMC(adapt="elbo", elbo_steps=500).elbo_config().steps
+    500
     """
 
     num_steps: int | None = option(None, "leapfrog steps per draw (None: the backend's, 10)")
+    adapt: str = option(
+        "dual_averaging",
+        "'dual_averaging' (warmup adapts ε and the mass) or 'elbo' (ε and a diagonal mass "
+        "tuned by an ELBO through HMC moves, Campbell et al. 2021; warmup: burn-in only)",
+    )
+    elbo_steps: int = option(500, "adapt='elbo': Adam steps of the tuning")
+    elbo_lr: float = option(0.03, "adapt='elbo': the tuning's learning rate")
+    elbo_chain_length: int = option(3, "adapt='elbo': T, HMC moves per sample of the objective")
+    elbo_particles: int = option(4, "adapt='elbo': samples of the objective per tuning step")
+    elbo_tune_init: bool = option(
+        True, "adapt='elbo': fit q_0's mean and scale by q_0's ELBO (else: init, elbo_init_scale)"
+    )
+    elbo_init_scale: float = option(
+        1.0, "adapt='elbo': q_0's initial standard deviation (unconstrained space)"
+    )
+    elbo_init_inflation: float = option(
+        2.0, "adapt='elbo': the objective's chains start from q_0 widened by this factor (>= 1)"
+    )
 
     method_name: ClassVar[str] = "hmc"
     hints: ClassVar[dict[str, str]] = {
         **_Native.hints,
         "max_tree_depth": "HMC runs a fixed number of leapfrog steps: set num_steps",
     }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice(self, "adapt", ADAPTATIONS)
+        check_int(self, "elbo_steps")
+        check_number(self, "elbo_lr", 0.0)
+        check_int(self, "elbo_chain_length")
+        check_int(self, "elbo_particles")
+        check_bool(self, "elbo_tune_init")
+        check_number(self, "elbo_init_scale", 0.0)
+        check_number(self, "elbo_init_inflation", 1.0, open_low=False)
+        if self.adapt == "elbo":
+            self._check_elbo()
+            return
+        for f in dataclasses.fields(self):
+            if f.name.startswith("elbo_") and getattr(self, f.name) != f.default:
+                raise ConfigError(
+                    f"HMC({f.name}={getattr(self, f.name)!r}): {f.name} is a setting of "
+                    "adapt='elbo'; this HMC adapts by dual averaging. Pass adapt='elbo' too, "
+                    f"or leave {f.name} out."
+                )
+
+    def _check_elbo(self) -> None:
+        refused = {
+            "dense_mass": (self.dense_mass, "the ELBO tunes a diagonal mass"),
+            "neutra": (self.neutra, "the ELBO-tuned kernel samples the model's own space"),
+        }
+        for name, (value, why) in refused.items():
+            if value not in (False, None):
+                raise ConfigError(
+                    f"HMC(adapt='elbo', {name}={value!r}): {why}. Leave {name} out, or use "
+                    "adapt='dual_averaging'."
+                )
+
+    def elbo_config(self) -> ElboTuning:
+        """The ELBO tuning's settings (``adapt='elbo'``)."""
+        return ElboTuning(
+            steps=self.elbo_steps,
+            lr=float(self.elbo_lr),
+            chain_length=self.elbo_chain_length,
+            particles=self.elbo_particles,
+            num_steps=self.num_steps or DEFAULT_LEAPFROG_STEPS,
+            tune_init=self.elbo_tune_init,
+            init_scale=float(self.elbo_init_scale),
+            init_inflation=float(self.elbo_init_inflation),
+            step_size=float(self.step_size or DEFAULT_INITIAL_STEP_SIZE),
+        )
+
+    def run(self, setup, *, seed: int, progress: bool, log_likelihood: bool, chain_ids):
+        if self.adapt == "dual_averaging":
+            return super().run(
+                setup,
+                seed=seed,
+                progress=progress,
+                log_likelihood=log_likelihood,
+                chain_ids=chain_ids,
+            )
+        check_params(setup, self.name, self.hold_params)
+        lengths = self._lengths(seed, progress, log_likelihood, chain_ids)
+        return run_elbo_hmc(
+            setup,
+            self.elbo_config(),
+            **lengths,
+            chunk_size=self.chunk_size,
+            vectorize=self.chain_method != "sequential",
+        )
 
 
 def _warn_cost(setup, method: str) -> None:

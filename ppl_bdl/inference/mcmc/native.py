@@ -169,7 +169,7 @@ def run_native_mcmc(
             method=method,
             log_likelihood=log_likelihood,
         )
-    stats = _arviz_stats(run.infos, method)
+    stats = arviz_stats(run.infos, method)
     return build_posterior(setup, run.draws, stats, method, log_likelihood=log_likelihood)
 
 
@@ -202,7 +202,7 @@ def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings, f
     return programs(backend).get(key, lambda: build(key))
 
 
-def _arviz_stats(infos: dict, method: str) -> dict:
+def arviz_stats(infos: dict, method: str) -> dict:
     """The per-draw stats under ArviZ's names (``tree_depth`` from the number of steps)."""
     stats = dict(infos)
     stats["diverging"] = stats["diverging"].astype(bool)
