@@ -40,7 +40,7 @@ from ppl_bdl.inference.diffusion.objectives import dsm_loss, exact_loss
 from ppl_bdl.inference.diffusion.score import NetworkScore
 from ppl_bdl.inference.diffusion.sde import make_sde
 from ppl_bdl.inference.ebm.energy import check_data
-from ppl_bdl.inference.ebm.loop import run_transition
+from ppl_bdl.inference.ebm.loop import ResumableTraining, checked_int
 from ppl_bdl.inference.loop.driver import Rates, Transition
 from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.optim import OptimizerConfig, unit_schedule
@@ -130,7 +130,7 @@ def fit(
     return trainer.model
 
 
-class ScoreTrainer:
+class ScoreTrainer(ResumableTraining):
     """The training set up once (checks, initial parameters, the transition): :meth:`run` runs
     (more) steps from where the last call stopped, :attr:`model` holds the result. Takes
     :func:`fit`'s arguments (``num_steps`` is the learning-rate schedule's horizon);
@@ -188,8 +188,8 @@ class ScoreTrainer:
         sde = None if exact else make_sde(sde).fitted_to(X)
         n = len(X)
         batch_size = min(128, n) if batch_size is None else batch_size
-        batch_size = _int_in("batch_size", batch_size, 1, n, f"at most the {n} points of X")
-        num_steps = _int_in("num_steps", num_steps, 1, None, "")
+        batch_size = checked_int("batch_size", batch_size, 1, n, f"at most the {n} points of X")
+        num_steps = checked_int("num_steps", num_steps, 1, None, "")
         opt = OptimizerConfig.build(
             optimizer=optimizer,
             lr=lr,
@@ -211,50 +211,24 @@ class ScoreTrainer:
             seed=seed,
         )
         self.model, self.backend, self.seed, self.chunk_size = model, backend, int(seed), chunk_size
+        self._position = np.zeros(1, np.float32)
         self._data = backend.asarray(X)
         self._batches = EpochBatches(n, batch_size, [int(seed), 5])
         self.transition = _training_transition(backend, model, opt, batch_size)
-        self._state, self._calls, self._infos, self._done = None, 0, [], 0
         self._rates = Rates(opt.lr, unit_schedule(opt))
-        self.failure = None
+        self._start()
 
-    def run(self, num_steps: int, progress: bool = False) -> None:
-        """``num_steps`` more steps; stops at a non-finite loss or gradient (or at Ctrl-C),
-        keeping the state from before it (:attr:`failure` says where)."""
-        if self.failure is not None:
-            raise ConfigError(f"this run already stopped ({self.failure.reason}); start anew.")
-        transition = self.transition
-        if self._state is not None:  # go on from the state the last call ended in
-            state = self._state
-            transition = Transition(lambda *args: state, transition.step, transition.emit)
-        run = run_transition(
-            self.backend,
-            transition,
-            np.zeros(1, np.float32),
-            num_steps=num_steps,
-            seed=self.seed + self._calls,
-            data=self._data,
-            batches=self._batches,
-            name="diffusion",
-            progress=progress,
-            chunk_size=self.chunk_size,
-            rates=self._rates,
-            first_step=self._done,
-        )
-        self._calls += 1
-        done = len(run.step_infos.get("loss", np.zeros((1, 0)))[0])
-        if run.failure is not None:
-            self.failure = run.failure
-            self.failure.step += self._done
-        self._done += done
-        self._state = run.final_state if run.final_state is not None else self._state
-        self._infos.append(run.step_infos)
+    @property
+    def run_name(self) -> str:
+        return "diffusion"
+
+    def _read_back(self) -> None:
         _read_back(self.model, self._state, self._infos)
 
 
 def _initial_model(net, X, sde, backend, time_features, seed) -> ScoreModel:
     """The model at one draw of the network's priors, its shapes checked on two rows of X."""
-    features = _int_in("time_features", time_features, 0, None, "")
+    features = checked_int("time_features", time_features, 0, None, "")
     settings = dict(dim=X.shape[1], sde=sde, time_features=features)
     params = NetworkScore(net, backend, **settings).initial_params(seed)
     model = ScoreModel(net, params, backend=backend, **settings)
@@ -337,11 +311,3 @@ def _failure_message(trainer: ScoreTrainer) -> str:
         f"finite (last finite loss: {last}). The model at the parameters from before that step "
         "is in error.partial. Try a smaller lr or clip_norm=1.0."
     )
-
-
-def _int_in(name: str, value: Any, low: int, high: int | None, what: str) -> int:
-    ok = not isinstance(value, bool) and isinstance(value, int | np.integer)
-    if not ok or value < low or (high is not None and value > high):
-        bound = f"an int >= {low}" + (f" and {what}" if what else "")
-        raise ConfigError(f"{name} must be {bound}, got {value!r}.")
-    return int(value)

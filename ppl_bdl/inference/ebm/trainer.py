@@ -54,7 +54,7 @@ from ppl_bdl.inference.ebm.chains import (
     uniform_box,
 )
 from ppl_bdl.inference.ebm.energy import Energy, check_data
-from ppl_bdl.inference.ebm.loop import run_transition
+from ppl_bdl.inference.ebm.loop import ResumableTraining, checked_int
 from ppl_bdl.inference.ebm.model import EnergyModel
 from ppl_bdl.inference.loop.driver import Rates, Transition
 from ppl_bdl.inference.loop.minibatch import EpochBatches
@@ -164,7 +164,7 @@ def fit(
     return trainer.model
 
 
-class EBMTrainer:
+class EBMTrainer(ResumableTraining):
     """Algorithm 3 set up once (checks, initial parameters, the transition): :meth:`run` runs
     (more) updates from where the last call stopped, and :attr:`model` holds the result.
     :func:`fit` uses it for one run; ``benchmarks/ebm_step.py`` times :meth:`run` after a
@@ -214,8 +214,8 @@ class EBMTrainer:
         backend = get_backend(backend, precision, device)
         X = check_data(X, backend.precision)
         n, event = len(X), X.shape[1:]
-        batch_size = _int_in("batch_size", batch_size, 1, n, f"at most the {n} points of X")
-        num_steps = _int_in("num_steps", num_steps, 1, None, "")
+        batch_size = checked_int("batch_size", batch_size, 1, n, f"at most the {n} points of X")
+        num_steps = checked_int("num_steps", num_steps, 1, None, "")
         if not isinstance(persistent, bool):
             raise ConfigError(f"persistent must be True or False, got {persistent!r}.")
         if start not in STARTS:
@@ -275,42 +275,15 @@ class EBMTrainer:
         self.transition = _training_transition(
             backend, model, opt, self.buffer, start, batch_size, energy_l2
         )
-        self._state, self._calls, self._infos, self._done = None, 0, [], 0
         self._rates = Rates(opt.lr, unit_schedule(opt))
-        self.failure = None
+        self._start()
 
-    def run(self, num_steps: int, progress: bool = False) -> None:
-        """``num_steps`` more updates; stops at a non-finite loss, energy or gradient (or at
-        Ctrl-C), keeping the state from before it (:attr:`failure` says where)."""
-        if self.failure is not None:
-            raise ConfigError(f"this run already stopped ({self.failure.reason}); start anew.")
-        transition = self.transition
-        if self._state is not None:  # go on from the state the last call ended in
-            state = self._state
-            transition = Transition(lambda *args: state, transition.step, transition.emit)
-        run = run_transition(
-            self.backend,
-            transition,
-            self._position,
-            num_steps=num_steps,
-            seed=self.seed + self._calls,
-            data=self._data,
-            batches=self._batches,
-            name=f"ebm ({self.model.chain.sampler})",
-            progress=progress,
-            chunk_size=self.chunk_size,
-            rates=self._rates,
-            first_step=self._done,
-        )
-        self._calls += 1
-        self._done += len(run.step_infos.get("loss", np.zeros((1, 0)))[0])
-        self._state = run.final_state if run.final_state is not None else self._state
-        self._infos.append(run.step_infos)
+    @property
+    def run_name(self) -> str:
+        return f"ebm ({self.model.chain.sampler})"
+
+    def _read_back(self) -> None:
         _read_back(self.model, self._state, self.buffer, self._infos)
-        if run.failure is not None:
-            done = sum(len(i.get("loss", np.zeros((1, 0)))[0]) for i in self._infos[:-1])
-            self.failure = run.failure
-            self.failure.step += done
 
 
 def _training_transition(backend, model: EnergyModel, opt_config, buffer, start, batch_size, l2):
@@ -425,11 +398,3 @@ def _failure_message(failure, model: EnergyModel) -> str:
         f"error.partial. Try a smaller step_size (now {model.chain.step_size}: the chains on the "
         f"inputs may have diverged), a smaller lr, clip_norm=..., or energy_l2=0.1."
     )
-
-
-def _int_in(name: str, value: Any, low: int, high: int | None, what: str) -> int:
-    ok = not isinstance(value, bool) and isinstance(value, int | np.integer)
-    if not ok or value < low or (high is not None and value > high):
-        bound = f"an int >= {low}" + (f" and {what}" if what else "")
-        raise ConfigError(f"{name} must be {bound}, got {value!r}.")
-    return int(value)
