@@ -22,9 +22,6 @@ import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
-from ppl_bdl.inference.loop.failures import raise_failure
-from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.inference.loop.programs import keyed, programs, structure_key
 from ppl_bdl.inference.mcmc.kernels.replica_exchange import (
     check_temperatures,
@@ -33,17 +30,9 @@ from ppl_bdl.inference.mcmc.kernels.replica_exchange import (
 )
 from ppl_bdl.inference.mcmc.kernels.sghmc import sghmc_parameters
 from ppl_bdl.inference.mcmc.methods import SGMCMCBase
-from ppl_bdl.inference.mcmc.sgmcmc import (
-    SGMCMCConfig,
-    schedule_key,
-    step_sizes,
-    unit_schedule,
-)
-from ppl_bdl.inference.mcmc.step_size import choose_step_size
+from ppl_bdl.inference.mcmc.sgmcmc import SGMCMCConfig, run_sg_chains, sg_posterior
 from ppl_bdl.inference.method import check_bool, check_int, check_number, check_params, option
-from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
-from ppl_bdl.inference.starts import initial_positions
 from ppl_bdl.trace.layout import ModelDensity
 from ppl_bdl.trace.pointwise import PointDensity
 
@@ -197,52 +186,29 @@ def run_replica_exchange(
     backend = setup.backend
     plate = minibatch_plate(setup, config.batch_size)
     keep = config.keep(num_warmup, num_samples, thinning)
-    num_steps = len(keep)
     transition = ladder_transition(setup, config, ladder, plate)
     data, _ = setup.bound.data_arrays(backend)
-    positions = initial_positions(setup, init, num_chains, seed)
-    unit = unit_schedule(config, num_steps)
-    rates = Rates(1.0, unit, None if unit is None else schedule_key(config, num_steps))
-
-    def batches(chain: int):
-        return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
-
-    step_size = config.step_size
-    if step_size is None:
-        step_size = choose_step_size(
-            backend, transition, positions, data, batches, rates, seed, name
-        )
-    setup.settings["step_size"] = step_size
-    chains = list(range(num_chains)) if chain_ids is None else chain_ids
-    plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
-    run = run_chains(
-        backend,
+    run, step_size = run_sg_chains(
+        setup,
+        config,
         transition,
-        positions[chains],
-        seed,
-        plan,
         data,
-        batches,
+        plate,
+        keep,
         name,
-        rates._replace(scale=step_size),
+        seed,
+        init,
+        num_chains,
+        chain_ids,
         progress,
-        chain_ids=chains,
     )
     setup.settings["temperatures"] = list(ladder.temperatures)
-    setup.settings["swap_rates"] = swap_rates(backend, run, len(chains))
-    if run.failure is not None:
-        failed = run.failure.reason == "nonfinite"
-        sizes = step_sizes(backend, config, step_size, num_steps) if failed else None
-        raise_failure(
-            setup,
-            run,
-            kind=f"replica exchange {name!r}",
-            requested=num_samples,
-            method=name,
-            step_size=None if sizes is None else float(sizes[run.failure.step]),
-            log_likelihood=log_likelihood,
-        )
-    return build_posterior(setup, run.draws, run.infos, name, log_likelihood=log_likelihood)
+    runs = num_chains if chain_ids is None else len(chain_ids)
+    setup.settings["swap_rates"] = swap_rates(backend, run, runs)
+    kind = f"replica exchange {name!r}"
+    return sg_posterior(
+        setup, config, run, step_size, len(keep), name, kind, num_samples, log_likelihood
+    )
 
 
 def swap_rates(backend, run, num_chains: int) -> list[float | None]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError, one_of
-from ppl_bdl.inference.loop.driver import Rates, plan_run, run_chains
+from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
 from ppl_bdl.inference.loop.minibatch import EpochBatches
 from ppl_bdl.inference.loop.programs import keyed, programs, same, structure_key
@@ -234,11 +234,49 @@ def run_sgmcmc(
     >>> post.samples["mu"].shape
     (2, 200)
     """
-    backend, name = setup.backend, config.entry.name
+    name = config.entry.name
     plate = minibatch_plate(setup, config.batch_size)
     keep = config.keep(num_warmup, num_samples, thinning)
-    num_steps = len(keep)
-    transition, data = sgmcmc_transition(setup, config, plate, num_steps)
+    transition, data = sgmcmc_transition(setup, config, plate, len(keep))
+    run, step_size = run_sg_chains(
+        setup,
+        config,
+        transition,
+        data,
+        plate,
+        keep,
+        name,
+        seed,
+        init,
+        num_chains,
+        chain_ids,
+        progress,
+    )
+    kind = f"SG-MCMC kernel {name!r}"
+    return sg_posterior(
+        setup, config, run, step_size, len(keep), name, kind, num_samples, log_likelihood
+    )
+
+
+def run_sg_chains(
+    setup: Setup,
+    config: SGMCMCConfig,
+    transition: Transition,
+    data,
+    plate: tuple[str, int] | None,
+    keep: np.ndarray,
+    name: str,
+    seed: int,
+    init: Any,
+    num_chains: int,
+    chain_ids: list[int] | None,
+    progress: bool,
+) -> tuple[RunResult, float]:
+    """Run an SG-MCMC ``transition``'s chains ``chain_ids`` (all ``num_chains`` by default)
+    from their starts, each on its own minibatch epochs, keeping the steps ``keep`` says, at
+    the config's step size or, where it has none, the one a pilot chooses from every chain's
+    start (``setup.settings["step_size"]``); the run and the step size."""
+    backend, num_steps = setup.backend, len(keep)
     positions = initial_positions(setup, init, num_chains, seed)
     unit = unit_schedule(config, num_steps)
     unit_key = None if unit is None else schedule_key(config, num_steps)
@@ -267,18 +305,32 @@ def run_sgmcmc(
         progress,
         chain_ids=chains,
     )
+    return run, step_size
+
+
+def sg_posterior(
+    setup: Setup,
+    config: SGMCMCConfig,
+    run: RunResult,
+    step_size: float,
+    num_steps: int,
+    name: str,
+    kind: str,
+    num_samples: int,
+    log_likelihood: bool,
+):
+    """The Posterior of an SG-MCMC run of ``num_steps`` steps; where it failed, the error (``kind`` names the
+    sampler), with the step size of the failed step and the draws so far."""
     if run.failure is not None:
         failed = run.failure.reason == "nonfinite"  # (Ctrl-C may land after the last step)
-        size = (
-            step_sizes(backend, config, step_size, num_steps)[run.failure.step] if failed else None
-        )
+        sizes = step_sizes(setup.backend, config, step_size, num_steps) if failed else None
         raise_failure(
             setup,
             run,
-            kind=f"SG-MCMC kernel {name!r}",
+            kind=kind,
             requested=num_samples,
             method=name,
-            step_size=None if size is None else float(size),
+            step_size=None if sizes is None else float(sizes[run.failure.step]),
             log_likelihood=log_likelihood,
         )
     return build_posterior(setup, run.draws, run.infos, name, log_likelihood=log_likelihood)
