@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from ppl_bdl.inference.mcmc.hmc_kernel import leapfrog as leapfrog_steps
+
 #: Each step's ε is uniform on step_size · [1 − JITTER, 1 + JITTER].
 JITTER = 0.2
 #: Standard normals per row and step beyond the momentum's: the acceptance's, the jitter's.
@@ -95,6 +97,10 @@ def hmc_chains(
         (_, per_row), grad = value_and_grad(u)
         return per_row, grad
 
+    def potential(u):  # U = −log π, for the shared leapfrog
+        log_p, grad = evaluate(u)
+        return -log_p, -grad
+
     def transition(t, carry):
         u, log_p, grad, accept_sum = carry
         momentum, accept_normals, jitter_normals = (
@@ -104,7 +110,10 @@ def hmc_chains(
         )
         jitter = m.exp(-0.5 * m.sum(jitter_normals * jitter_normals, axis=-1, keepdims=True))
         step = step_size * (1.0 + JITTER * (2.0 * jitter - 1.0))  # (R, 1)
-        u_new, p_new, log_p_new, grad_new = _leapfrog(evaluate, u, momentum, grad, step, leapfrog)
+        (u_new, neg_log_p_new, neg_grad_new), p_new = leapfrog_steps(
+            backend, potential, (u, -log_p, -grad), momentum, step, 1.0, leapfrog
+        )
+        log_p_new, grad_new = -neg_log_p_new, -neg_grad_new
         # log of the acceptance ratio: −H(end) + H(start), H = −log π(u) + |p|²/2
         delta = (log_p_new - 0.5 * m.sum(p_new * p_new, axis=-1)) - (
             log_p - 0.5 * m.sum(momentum * momentum, axis=-1)
@@ -123,18 +132,6 @@ def hmc_chains(
     zero = m.sum(m.zeros_like(log_p0))
     u, _, _, accept_sum = backend.fori_loop(steps, transition, (u0, log_p0, grad0, zero))
     return loc + scale * u, accept_sum / max(steps, 1)
-
-
-def _leapfrog(evaluate: Callable, u, momentum, grad, step_size, num: int):
-    """``num`` leapfrog steps of size ``step_size`` on H(u, p) = −log π(u) + |p|²/2 (Neal 2011,
-    Eq. 5.18-5.20): (u, p, log π(u), ∇log π(u)) at the end."""
-    p = momentum + 0.5 * step_size * grad
-    log_p = None
-    for i in range(num):
-        u = u + step_size * p
-        log_p, grad = evaluate(u)
-        p = p + (step_size if i < num - 1 else 0.5 * step_size) * grad
-    return u, p, log_p, grad
 
 
 __all__ = ["hmc_chains"]
