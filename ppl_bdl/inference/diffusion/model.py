@@ -31,7 +31,7 @@ from ppl_bdl.inference.diffusion.objectives import dsm_terms, exact_terms
 from ppl_bdl.inference.diffusion.samplers import SamplerSpec, sampling_transition
 from ppl_bdl.inference.diffusion.score import FunctionScore, NetworkScore
 from ppl_bdl.inference.diffusion.sde import make_sde
-from ppl_bdl.inference.ebm.loop import run_transition
+from ppl_bdl.inference.ebm.loop import checked_int, run_transition
 
 #: Rows per call when a model evaluates many points.
 CHUNK = 8192
@@ -82,7 +82,7 @@ class ScoreModel:
         time_features: int = 0,
     ):
         self.backend = get_backend(backend, precision, device)
-        self.dim = _count("dim", dim)
+        self.dim = checked_int("dim", dim, 1)
         self.sde = None if sde is None else make_sde(sde)
         if self.sde is not None and getattr(self.sde, "sigma_max", 0.0) is None:
             raise ConfigError(
@@ -90,7 +90,7 @@ class ScoreModel:
                 "(fit() sets it from the data)."
             )
         if isinstance(score, Module):
-            features = _count("time_features", time_features, low=0)
+            features = checked_int("time_features", time_features, 0)
             self._score = NetworkScore(
                 score, self.backend, dim=self.dim, sde=self.sde, time_features=features
             )
@@ -171,7 +171,7 @@ class ScoreModel:
         -------
         NumPy array (n, D)
         """
-        n = _count("n", n)
+        n = checked_int("n", n, 1)
         spec = SamplerSpec.build(
             sampler,
             steps=steps,
@@ -225,7 +225,7 @@ class ScoreModel:
         >>> model.loss_terms(np.array([[0.0], [2.0]])).tolist()   # −1 + ½x²
         [-1.0, 1.0]
         """
-        x = np.repeat(self._points(X), _count("repeats", repeats), axis=0)
+        x = np.repeat(self._points(X), checked_int("repeats", repeats, 1), axis=0)
         rng = np.random.default_rng([int(seed), 17])
         backend, out = self.backend, []
         with backend.scope(), backend.activate():
@@ -287,9 +287,3 @@ def _check_params(shapes: dict, params: dict | None) -> dict[str, np.ndarray]:
             )
         out[name] = value
     return out
-
-
-def _count(name: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ConfigError(f"{name} must be an int >= {low}, got {value!r}.")
-    return int(value)

@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ppl_bdl.dsl import math as bm
 from ppl_bdl.dsl import random as br
 from ppl_bdl.errors import ConfigError
+from ppl_bdl.inference.diffusion.sde import positive
+from ppl_bdl.inference.ebm.loop import checked_int
 from ppl_bdl.inference.loop.driver import Transition
 from ppl_bdl.inference.mcmc.kernels.sgld import langevin_update
 
@@ -53,18 +54,6 @@ from ppl_bdl.inference.mcmc.kernels.sgld import langevin_update
 SAMPLERS = ("euler", "pc", "ode", "langevin")
 #: The integrators of the probability-flow ODE.
 INTEGRATORS = ("euler", "heun")
-
-
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(f"{name} must be an int >= 1, got {value!r}.")
-    return int(value)
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigError(f"{name} must be a number > 0, got {value!r}.")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -101,10 +90,10 @@ class SamplerSpec:
             )
         return cls(
             sampler,
-            _count("steps", steps),
-            _count("corrector_steps", corrector_steps),
-            _positive("snr", snr),
-            _positive("step_size", step_size),
+            checked_int("steps", steps, 1),
+            checked_int("corrector_steps", corrector_steps, 1),
+            positive("snr", snr),
+            positive("step_size", step_size),
             integrator,
         )
 

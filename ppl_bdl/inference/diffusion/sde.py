@@ -42,7 +42,7 @@ Array = Any
 SDE_NAMES = ("ve", "vp")
 
 
-def _positive(name: str, value: Any) -> float:
+def positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"{name} must be a number > 0, got {value!r}.")
     return float(value)
@@ -76,8 +76,8 @@ class VESDE:
     name = "ve"
 
     def __post_init__(self):
-        _positive("sigma_min", self.sigma_min)
-        if self.sigma_max is not None and _positive("sigma_max", self.sigma_max) <= self.sigma_min:
+        positive("sigma_min", self.sigma_min)
+        if self.sigma_max is not None and positive("sigma_max", self.sigma_max) <= self.sigma_min:
             raise ConfigError(
                 f"sigma_max={self.sigma_max} must exceed sigma_min={self.sigma_min}: the noise "
                 "grows from sigma_min at t = 0 to sigma_max at t = 1."
@@ -145,8 +145,8 @@ class VPSDE:
     name = "vp"
 
     def __post_init__(self):
-        _positive("beta_min", self.beta_min)
-        if _positive("beta_max", self.beta_max) < self.beta_min:
+        positive("beta_min", self.beta_min)
+        if positive("beta_max", self.beta_max) < self.beta_min:
             raise ConfigError(
                 f"beta_max={self.beta_max} must be >= beta_min={self.beta_min} (β(t) grows "
                 "linearly from beta_min to beta_max)."

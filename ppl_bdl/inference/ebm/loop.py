@@ -126,7 +126,7 @@ class ResumableTraining:
         self._read_back()
 
 
-def checked_int(name: str, value, low: int, high: int | None, what: str) -> int:
+def checked_int(name: str, value, low: int, high: int | None = None, what: str = "") -> int:
     """``value`` as an int in [low, high] (``high`` None: no bound; ``what`` says the bound in
     words), or a ConfigError naming ``name``."""
     ok = not isinstance(value, bool) and isinstance(value, int | np.integer)
