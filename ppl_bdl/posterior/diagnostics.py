@@ -383,9 +383,11 @@ def cavi_findings(settings: dict, log_weights=None) -> list[Finding]:
     return findings + vi_findings(None, {}, log_weights)
 
 
-def _loss_curve_findings(losses) -> list[Finding]:
+def _loss_curve_findings(losses, kind: str = "vi") -> list[Finding]:
+    """A loss curve's checks as findings of ``kind`` ("vi": a VI fit's; "map": a training
+    run's)."""
     checks = _loss_curve_checks(losses)
-    return [Finding(f"vi_{k}", (), *v, _CURVE_ADVICE[k]) for k, v in checks.items()]
+    return [Finding(f"{kind}_{k}", (), *v, _CURVE_ADVICE[k]) for k, v in checks.items()]
 
 
 def map_findings(losses) -> list[Finding]:
@@ -398,10 +400,7 @@ def map_findings(losses) -> list[Finding]:
     ['map_not_flat']
     """
     curve = np.asarray(losses if losses is not None else (), dtype=float).reshape(-1)
-    if curve.size < 50:
-        return []
-    checks = _loss_curve_checks(curve)
-    return [Finding(f"map_{k}", (), *v, _CURVE_ADVICE[k]) for k, v in checks.items()]
+    return _loss_curve_findings(curve, "map") if curve.size >= 50 else []
 
 
 def ensemble_findings(losses, members=None) -> list[Finding]:
