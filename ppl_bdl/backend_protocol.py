@@ -85,7 +85,8 @@ class LoopResult(NamedTuple):
     of the first step whose info or new state was not finite, or -1; ``failed_info``: that step's info (NumPy),
     else None. ``interrupted``: Ctrl-C (KeyboardInterrupt) stopped the chunk before step
     ``failed_at``, the rest as after a failed step (a runner that steps in Python returns what
-    it had; a compiled chunk cannot stop part-way, and its KeyboardInterrupt propagates).
+    it had; a compiled chunk cannot stop part-way: it holds the Ctrl-C until it returns, and
+    returns all its steps).
     """
 
     state: PyTree
@@ -205,8 +206,8 @@ class Arrays(Protocol):
     checks_index_bounds: bool
 
     def bounds_checked(self, fn: Callable) -> Callable:
-        """``fn`` (no arguments) run with out-of-bounds indexing raising an ``IndexError`` that
-        says "out of bounds" (used once per fit, to validate a model's data). Where it is found
+        """``fn`` (of arrays, as positional arguments) run with out-of-bounds indexing raising an
+        ``IndexError`` that says "out of bounds" (used once per fit, to validate a model's data). Where it is found
         after ``fn`` ran, the error carries ``source_frames`` (``traceback.FrameSummary``,
         outermost first: where the read happened), from which the core names the site."""
         ...

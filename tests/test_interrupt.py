@@ -173,6 +173,51 @@ def _interrupt_chunks(monkeypatch, backend_name, at: int):
 NUTS = dict(num_warmup=50, num_samples=100, num_chains=1, progress=False)
 
 
+def test_a_held_ctrl_c_lets_the_block_finish_and_a_second_one_raises():
+    """The NumPyro loop holds a Ctrl-C pressed during a compiled chunk (which cannot stop
+    part-way) until the chunk returns; a second Ctrl-C is not held."""
+    import signal
+
+    from ppl_bdl.backends.numpyro.loop import held_interrupt
+
+    finished = False
+    with held_interrupt() as pressed:
+        signal.raise_signal(signal.SIGINT)
+        finished = True
+    assert finished and pressed == [signal.SIGINT]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt), held_interrupt():
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_ctrl_c_during_a_compiled_chunk_keeps_that_chunk(monkeypatch):
+    """One compiled chunk of all 120 steps (``progress=False``): a Ctrl-C pressed while it runs
+    keeps its 100 draws (the chunk in flight used to be lost with it, here the whole run)."""
+    import contextlib
+    import signal
+
+    import ppl_bdl.backends.numpyro.loop as loop
+
+    @contextlib.contextmanager
+    def pressed_during_the_chunk():
+        yield [signal.SIGINT]
+
+    monkeypatch.setattr(loop, "held_interrupt", pressed_during_the_chunk)
+    with pytest.raises(RunInterrupted, match="interrupted at step 120") as info:
+        bdl.fit(
+            mean_model(Y),
+            backend="numpyro",
+            method="sgld",
+            step_size=1e-3,
+            num_warmup=20,
+            num_samples=100,
+            num_chains=1,
+            progress=False,
+        )
+    assert info.value.partial.samples["mu"].shape == (1, 100)
+
+
 @pytest.mark.parametrize("method", ["nuts", "hmc"])
 def test_ctrl_c_inside_a_chunk_keeps_the_steps_before_it(monkeypatch, method):
     """Pyro's loop steps in Python: Ctrl-C at step 119 of the run's one chunk (steps 0-149)

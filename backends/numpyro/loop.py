@@ -57,6 +57,9 @@ Example
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from typing import NamedTuple
 
 import jax
@@ -106,7 +109,7 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None, cpu_segments
             for trace in (False, True)
         }
 
-    def runner(
+    def run_chunk(
         state, xs, data, keep, steps: int, first: int, num_rows: int, trace: bool = True
     ) -> LoopResult:
         keep = np.asarray(keep, bool)
@@ -152,9 +155,44 @@ def compile_loop(step, emit, on_cpu: bool | None = None, mesh=None, cpu_segments
         result = _result(out.state, infos, rows, kept, end if trace else kept)
         return result._replace(failed_at=failed_at, failed_info=failed)
 
+    def runner(*args, **kwargs) -> LoopResult:
+        # A compiled call cannot stop part-way: a Ctrl-C pressed during it is held until it
+        # returns, so its steps are kept (a second Ctrl-C raises at once).
+        with held_interrupt() as pressed:
+            result = run_chunk(*args, **kwargs)
+        return result._replace(interrupted=True) if pressed else result
+
     runner.fast, runner.scan, runner.gated, runner.split = fast, scan, gated, split
     runner.shape = "segments" if segmented else "scan"
     return runner
+
+
+@contextlib.contextmanager
+def held_interrupt():
+    """Hold a Ctrl-C (SIGINT) pressed in the block: the block runs on, and the list it yields
+    is not empty afterwards. A second Ctrl-C raises ``KeyboardInterrupt`` at once. Outside the
+    main thread, or where SIGINT has a handler of its own, nothing is held.
+
+    >>> with held_interrupt() as pressed:
+    ...     pass
+    >>> pressed
+    []
+    """
+    pressed: list = []
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield pressed
+        return
+
+    def hold(signum, frame):
+        pressed.append(signum)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def chunk_header(keep, steps: int, first: int, num_rows: int, on_cpu: bool = True) -> np.ndarray:

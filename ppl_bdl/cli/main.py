@@ -85,7 +85,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"--out {out} already holds {shown}; pass --force to overwrite them, or choose "
             "another --out."
         )
-    demo.run_demo(out, backends=args.backends, quick=args.quick, seed=args.seed, full=args.full)
+    demo.run_demo(
+        out,
+        backends=args.backends,
+        quick=args.quick,
+        seed=args.seed,
+        full=args.full,
+        sequential=args.sequential,
+    )
     return 0
 
 
@@ -196,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="ppl_bdl_demo", help="output folder (default: ./ppl_bdl_demo)")
     p.add_argument("--backends", nargs="+", default=None, help="backends (default: all installed)")
     p.add_argument("--quick", action="store_true", help="very short chains (a smoke test)")
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        help="one backend after another in this process (default: a process per backend)",
+    )
     p.add_argument(
         "--full", action="store_true", help="also the BNN by SGHMC and VI (a slower tour)"
     )

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ppl_bdl.dsl.bound_data import fill_data
 from ppl_bdl.dsl.model import BoundModel, unbound_message
 from ppl_bdl.dsl.model_errors import read_past_the_end
 from ppl_bdl.errors import DataError, ModelError
@@ -177,16 +178,18 @@ def _validating_run(
 
 def _check_bounds(bound, backend, recorded: Evaluator) -> None:
     """Run the model again with bounds-checked indexing (JAX clamps an out-of-range gather: data
-    shorter than its plate would be read past its end without an error)."""
+    shorter than its plate would be read past its end without an error). The latents, params
+    and data are the check's arguments, so a compiled check does not bake them in."""
     values = {n: s.value for n, s in recorded.sites.items() if s.kind == "latent"}
     params = {n: s.value for n, s in recorded.sites.items() if s.kind == "param"}
+    arrays, template = bound.data_arrays(backend)
 
-    def run():
+    def run(values, params, arrays):
         ev = Evaluator(backend, values=values, params=params, batch=recorded.batch)
-        bound.run_with(ev)
+        bound.run_with(ev, data=fill_data(template, arrays))
         return ev.log_joint
 
-    backend.bounds_checked(run)()
+    backend.bounds_checked(run)(values, params, arrays)
 
 
 def _read_past_the_end(bound, ev: Evaluator, err: BaseException) -> DataError:
