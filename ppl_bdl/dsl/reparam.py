@@ -16,8 +16,9 @@ Gorinova, Moore and Hoffman (2020), as NumPyro's ``LocScaleReparam``: a site
 
 so ``c = 0`` is the fully non-centred form (``x_decentered`` is standard), ``c = 1`` the model as
 written, and ``centered=None`` a learnable ``c`` in [0, 1] (a ``bdl.param`` named
-``{site}_centered``: optimised by VI; MCMC holds it at 0.5 with ``hold_params=True``). It sees
-through ``.expand(...)`` and ``.to_event(...)``.
+``{site}_centered``: optimised by VI; MCMC holds it at 0.5 with ``hold_params=True``). Both
+strategies see through ``.expand(...)``, ``.to_event(...)`` and ``.mask(...)``: the new latent
+site is wrapped (and masked) as the original was.
 
 :class:`TransformReparam` is NumPyro's ``TransformReparam``: a site ``x ~
 TransformedDistribution(base, transforms)`` becomes ``x_base ~ base`` and ``x = transforms(x_base)``
@@ -44,7 +45,12 @@ from typing import Any
 
 import numpy as np
 
-from ppl_bdl.dsl.dist.base import Distribution, ExpandedDistribution, Independent
+from ppl_bdl.dsl.dist.base import (
+    Distribution,
+    ExpandedDistribution,
+    Independent,
+    MaskedDistribution,
+)
 from ppl_bdl.dsl.dist.continuous import Cauchy, Laplace, Logistic, Normal, StudentT
 from ppl_bdl.dsl.dist.transformed import TransformedDistribution
 from ppl_bdl.dsl.effects import Handler, Message, current_backend, current_runtime
@@ -181,10 +187,10 @@ class TransformReparam(Reparam):
 
 
 def _unwrap_reshaped(fn: Distribution):
-    """The distribution under ``fn``'s ``.expand``/``.to_event`` wrappers, and a function that
-    puts the same wrappers, in the same order, around another distribution."""
+    """The distribution under ``fn``'s ``.expand``/``.to_event``/``.mask`` wrappers, and a
+    function that puts the same wrappers, in the same order, around another distribution."""
     layers = []
-    while isinstance(fn, ExpandedDistribution | Independent):
+    while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
         layers.append(fn)
         fn = fn.base_dist
 
@@ -192,6 +198,8 @@ def _unwrap_reshaped(fn: Distribution):
         for layer in reversed(layers):
             if isinstance(layer, ExpandedDistribution):
                 inner = inner.expand(layer.batch_shape)
+            elif isinstance(layer, MaskedDistribution):
+                inner = inner.mask(layer.params["mask"])
             else:
                 inner = inner.to_event(layer.params["reinterpreted_batch_ndims"])
         return inner
@@ -199,11 +207,31 @@ def _unwrap_reshaped(fn: Distribution):
     return fn, rewrap
 
 
+def _masks_of(site_fn: Distribution) -> list[tuple[Any, tuple[int, ...]]]:
+    """Each ``.mask`` wrapper of ``site_fn``: its mask and the batch shape it masks."""
+    masks = []
+    while isinstance(site_fn, ExpandedDistribution | Independent | MaskedDistribution):
+        if isinstance(site_fn, MaskedDistribution):
+            masks.append((site_fn.params["mask"], site_fn.batch_shape))
+        site_fn = site_fn.base_dist
+    return masks
+
+
+def _aligned_mask(mask: Any, masked_shape: tuple[int, ...], batch_shape: tuple[int, ...]):
+    """``mask`` (of a layer whose batch shape was ``masked_shape``, a prefix of ``batch_shape``:
+    the dims right of it became events there) reshaped to broadcast against ``batch_shape``."""
+    shape = tuple(getattr(mask, "shape", ()))
+    if not shape:
+        return mask
+    lead = (1,) * (len(masked_shape) - len(shape))
+    return mask.reshape(lead + shape + (1,) * (len(batch_shape) - len(masked_shape)))
+
+
 def _base_of_site(site_fn: Distribution, transformed: TransformedDistribution) -> Distribution:
     """The base of ``transformed`` shaped for the site of ``site_fn`` (``transformed`` under its
     reshaping wrappers): the site's batch shape, and as events the site's event dims that are
     not the transformed distribution's own plus the base dims its transforms consume (a
-    stick-breaking transform's K - 1 inputs)."""
+    stick-breaking transform's K - 1 inputs); masked where the site is."""
     base = transformed.base_dist
     own_batch, own_event = transformed.batch_shape, transformed.event_shape
     # The base dims that the transforms take as their event: to the right of the batch dims.
@@ -212,6 +240,8 @@ def _base_of_site(site_fn: Distribution, transformed: TransformedDistribution) -
     batch_shape = site_fn.batch_shape + moved + consumed
     if batch_shape != base.batch_shape:
         base = base.expand(batch_shape)
+    for mask, masked_shape in _masks_of(site_fn):
+        base = base.mask(_aligned_mask(mask, masked_shape, batch_shape))
     return base.to_event(len(moved) + len(consumed))
 
 
