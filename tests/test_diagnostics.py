@@ -213,13 +213,15 @@ def test_a_clean_conjugate_fit_is_silent(backend):
             bdl.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
 
     y = np.random.default_rng(0).normal(1.0, 1.0, size=50)
+    # R-hat's own noise: at 2 x 500 draws 11 of 60 seeds of this fit read R-hat > 1.01 on
+    # NumPyro; at 2 x 1000, none of 60.
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         post = bdl.fit(
             mean_model(y),
             backend=backend,
             num_warmup=300,
-            num_samples=500,
+            num_samples=1000,
             num_chains=2,
             progress=False,
         )
