@@ -325,8 +325,14 @@ class SGMCMCBase(ChainMethod):
     step size and its schedule, control variates). A subclass adds its kernel's own settings
     as fields and names its registered kernel in ``method_name``."""
 
+    num_warmup: int = option(
+        5000,
+        "steps per chain before draws are kept (SG-MCMC takes small steps: its burn-in is long)",
+    )
     step_size: float | str = option(
-        "auto", "the step size α_0 (a number > 0), or 'auto': chosen by a short pilot run"
+        "auto",
+        "the step size α_0 (a number > 0), or 'auto': chosen by a short pilot run at the start "
+        "and again halfway through the warmup (the smaller of the two)",
     )
     batch_size: int | None = option(None, "minibatch size (None: the full data)")
     schedule: str | None = option(

@@ -45,7 +45,7 @@ from ppl_bdl.inference.mcmc.schedules import (
     make_schedule,
     sampling_stage_mask,
 )
-from ppl_bdl.inference.mcmc.step_size import check_step_size, choose_step_size
+from ppl_bdl.inference.mcmc.step_size import PILOT_STEPS, check_step_size, choose_step_size
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.inference.starts import initial_positions
@@ -274,24 +274,63 @@ def run_sg_chains(
 ) -> tuple[RunResult, float]:
     """Run an SG-MCMC ``transition``'s chains ``chain_ids`` (all ``num_chains`` by default)
     from their starts, each on its own minibatch epochs, keeping the steps ``keep`` says, at
-    the config's step size or, where it has none, the one a pilot chooses from every chain's
-    start (``setup.settings["step_size"]``); the run and the step size."""
+    the config's step size or, where it has none, the one the pilots choose
+    (``setup.settings["step_size"]``); the run and the step size.
+
+    With ``step_size="auto"`` a pilot picks α_0 from every chain's start, the chains run the
+    first half of the warmup at it, and a second pilot picks again from where they are then
+    (:func:`~ppl_bdl.inference.mcmc.step_size.choose_step_size`); the rest of the run takes the
+    smaller of the two. The start rarely has the posterior's curvature: where a noise scale σ
+    shrinks from its prior value to the posterior's, the likelihood's curvature grows as
+    1 / σ², and a step size chosen at the start would hold σ where the chain is at its edge of
+    stability (far above the posterior's σ)."""
     backend, num_steps = setup.backend, len(keep)
     positions = initial_positions(setup, init, num_chains, seed)
     unit = unit_schedule(config, num_steps)
     unit_key = None if unit is None else schedule_key(config, num_steps)
+    streams: dict[int, EpochBatches] = {}
 
     def batches(chain: int):
         return EpochBatches(plate[1], config.batch_size, [seed, chain, 7]) if plate else None
 
-    step_size = config.step_size
+    def stream(chain: int):  # a chain's minibatches, continued from one part of the run to the next
+        if chain not in streams:
+            streams[chain] = batches(chain)
+        return streams[chain]
+
+    chains = list(range(num_chains)) if chain_ids is None else chain_ids
+    step_size, pilot = config.step_size, Rates(1.0, unit, unit_key)
     if step_size is None:  # from every chain's start, whichever chains this run has
         step_size = choose_step_size(
-            backend, transition, positions, data, batches, Rates(1.0, unit, unit_key), seed, name
+            backend, transition, positions, data, batches, pilot, seed, name
         )
+    first = int(np.argmax(keep)) // 2 if config.step_size is None and keep.any() else 0
+    run, resume = None, None
+    if first >= PILOT_STEPS:  # the first half of the warmup, then the second pilot
+        plan = plan_run(np.zeros(first, bool), len(chains), setup.layout.dim, config.chunk_size)
+        rates = Rates(step_size, unit, unit_key)
+        run = run_chains(
+            backend,
+            transition,
+            positions[chains],
+            seed,
+            plan,
+            data,
+            stream,
+            name,
+            rates,
+            chain_ids=chains,
+        )
+        if run.failure is not None:
+            setup.settings["step_size"] = step_size
+            return run, step_size
+        resume, where = run.states, warmed_positions(backend, transition, run, len(chains))
+        again = choose_step_size(backend, transition, where, data, batches, pilot, seed + 1, name)
+        step_size = min(step_size, again)
+    else:
+        first = 0
     setup.settings["step_size"] = step_size
-    chains = list(range(num_chains)) if chain_ids is None else chain_ids
-    plan = plan_run(keep, len(chains), setup.layout.dim, config.chunk_size, progress)
+    plan = plan_run(keep[first:], len(chains), setup.layout.dim, config.chunk_size, progress)
     run = run_chains(
         backend,
         transition,
@@ -299,13 +338,22 @@ def run_sg_chains(
         seed,
         plan,
         data,
-        batches,
+        stream,
         name,
         Rates(step_size, unit, unit_key),
         progress,
         chain_ids=chains,
+        first_step=first,
+        resume=resume,
     )
     return run, step_size
+
+
+def warmed_positions(backend, transition: Transition, run: RunResult, count: int) -> np.ndarray:
+    """The positions (chain, d) where a run's ``count`` chains ended (NumPy)."""
+    with backend.scope(), backend.activate():
+        rows = [transition.emit(run.chain_state(backend, i)) for i in range(count)]
+        return np.stack([np.asarray(backend.to_numpy(row)) for row in rows])
 
 
 def sg_posterior(

@@ -8,6 +8,11 @@ is our α_t). The preconditioner is in the drift and in the noise; as in their e
 correction term Γ(θ) (derivatives of G, small when ρ is close to 1) is left out. V averages the
 squared gradient of Ũ itself (Li et al. average the per-datum mean gradient, N times smaller),
 so ``step_size`` acts like an RMSprop learning rate.
+
+V starts at 0, so in the first 1/(1 − ρ) steps √V underestimates the gradient's scale (by
+√(1 − ρ^t) at step t: 10x at the first step for ρ = 0.99) and G overstates it, with the injected
+noise √(2 α_t G): G reads V / (1 − ρ^t), the moving average with weights that sum to 1 (the bias
+correction of Kingma & Ba 2015, Algorithm 1), which is ḡ ⊙ ḡ at the first step.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ def psgld(
     ...     state = kernel.init(backend.asarray([1.0, -1.0]))
     ...     state, info = kernel.step(bdl.random.key(0), state, None, 1e-3)
     >>> sorted(state)
-    ['position', 'square_avg']
+    ['count', 'position', 'square_avg']
     """
     temperature = check_temperature(temperature)
     if not isinstance(decay, int | float) or not 0.0 <= decay < 1.0:
@@ -59,7 +64,11 @@ def psgld(
         raise ConfigError(f"epsilon (λ of pSGLD) must be > 0, got {epsilon!r}.")
 
     def init(position):
-        return {"position": position, "square_avg": bt.zeros_like(position)}
+        return {
+            "position": position,
+            "square_avg": bt.zeros_like(position),
+            "count": bt.scalar_zero(position),
+        }
 
     def step(key, state, minibatch, step_size):
         position = state["position"]
@@ -67,7 +76,9 @@ def psgld(
         square_avg = bt.tree_map(
             lambda v, g: decay * v + (1.0 - decay) * g * g, state["square_avg"], grad
         )
-        precond = bt.tree_map(lambda v: 1.0 / (epsilon + bm.sqrt(v)), square_avg)
+        count = state["count"] + 1
+        correction = 1.0 - decay**count  # V's weights sum to this (Kingma & Ba 2015, Alg. 1)
+        precond = bt.tree_map(lambda v: 1.0 / (epsilon + bm.sqrt(v / correction)), square_avg)
         noise = bt.normal_like(key, position)
 
         def update(p, g, e, c):
@@ -80,6 +91,6 @@ def psgld(
             "potential": potential,
             "preconditioner_mean": bt.mean(precond),
         }
-        return {"position": position, "square_avg": square_avg}, info
+        return {"position": position, "square_avg": square_avg, "count": count}, info
 
     return Kernel(init, step)
