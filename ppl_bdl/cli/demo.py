@@ -39,7 +39,7 @@ from ppl_bdl.posterior.diagnostics import ConvergenceWarning
 #: The methods: (BNN, eight schools). ``quick`` is for tests and smoke runs.
 SETTINGS = {
     "full": (
-        bdl.Ensemble(num_members=4, num_steps=1500, lr=0.01),
+        bdl.Ensemble(num_members=4, num_steps=1000, lr=0.01),
         # Long chains: split R-hat's noise at 2 x 750 draws keeps it under 1.01 (0 of 40 seeds
         # over it on NumPyro, against 15 of 40 at 2 x 500 after 500 warmup steps).
         bdl.NUTS(num_warmup=250, num_samples=750, num_chains=2, target_accept=0.9),
