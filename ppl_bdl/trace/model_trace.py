@@ -179,17 +179,39 @@ def _validating_run(
 def _check_bounds(bound, backend, recorded: Evaluator) -> None:
     """Run the model again with bounds-checked indexing (JAX clamps an out-of-range gather: data
     shorter than its plate would be read past its end without an error). The latents, params
-    and data are the check's arguments, so a compiled check does not bake them in."""
+    and data are the check's arguments, so a compiled check does not bake them in, and a second
+    fit of the same model with data of the same shapes reuses it (the backend's program cache)."""
+    from ppl_bdl.inference.loop import programs as cache
+
     values = {n: s.value for n, s in recorded.sites.items() if s.kind == "latent"}
     params = {n: s.value for n, s in recorded.sites.items() if s.kind == "param"}
     arrays, template = bound.data_arrays(backend)
+    batch = recorded.batch
 
     def run(values, params, arrays):
-        ev = Evaluator(backend, values=values, params=params, batch=recorded.batch)
+        ev = Evaluator(backend, values=values, params=params, batch=batch)
         bound.run_with(ev, data=fill_data(template, arrays))
         return ev.log_joint
 
-    backend.bounds_checked(run)(values, params, arrays)
+    def key() -> tuple:
+        shapes = {n: tuple(v.shape) for n, v in {**values, **params}.items()}
+        indices = {n: cache.array_value_key(backend.to_numpy(v)) for n, v in (batch or {}).items()}
+        return (
+            "bounds check",
+            cache.same(bound.model),
+            cache.same(backend),
+            cache.structure_key(template),
+            cache.shapes_key(arrays),
+            cache.structure_key(sorted(shapes.items())),
+            cache.structure_key(sorted(indices.items())),
+        )
+
+    program_key = cache.keyed(key)
+    if program_key is None:
+        checked = backend.bounds_checked(run)
+    else:
+        checked = cache.programs(backend).get(program_key, lambda: backend.bounds_checked(run))
+    checked(values, params, arrays)
 
 
 def _read_past_the_end(bound, ev: Evaluator, err: BaseException) -> DataError:
