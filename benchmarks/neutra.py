@@ -21,26 +21,11 @@ import arviz as az
 import numpy as np
 
 import ppl_bdl as bdl
-from ppl_bdl import dist
 from ppl_bdl.models import posteriordb as pdb
+from ppl_bdl.models.funnel import funnel_centred, funnel_noncentred
 
 NUTS = dict(num_warmup=500, num_samples=1000, num_chains=4)
 FLOW = dict(num_layers=4, hidden=32, num_steps=5000, lr=0.003, num_samples=10)
-
-
-@bdl.model
-def funnel_centred(dim: int = 9):
-    """Neal (2003)'s funnel: v ~ N(0, 3²), x_i | v ~ N(0, e^v)."""
-    v = bdl.sample("v", dist.Normal(0.0, 3.0))
-    bdl.sample("x", dist.Normal(0.0, bdl.math.exp(v / 2)), shape=(dim,))
-
-
-@bdl.model
-def funnel_noncentred(dim: int = 9):
-    """The funnel written non-centred by hand: x = e^(v/2) x_raw, x_raw ~ N(0, 1)."""
-    v = bdl.sample("v", dist.Normal(0.0, 3.0))
-    x_raw = bdl.sample("x_raw", dist.Normal(0.0, 1.0), shape=(dim,))
-    bdl.deterministic("x", bdl.math.exp(v / 2) * x_raw)
 
 
 def forms(model: str):

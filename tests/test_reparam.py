@@ -26,6 +26,7 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.models import posteriordb as pdb
+from ppl_bdl.models.funnel import funnel_centred, funnel_noncentred
 from ppl_bdl.posterior.diagnostics import REPARAM_ADVICE
 from ppl_bdl.trace.interpreter import Evaluator
 
@@ -467,21 +468,6 @@ def test_neutra_refuses_a_flow_of_another_model(flows):
 
 
 # -- Neal's funnel: ESS per gradient (slow) -------------------------------------------------------
-@bdl.model
-def funnel_centred(dim: int = 9):
-    """Neal (2003)'s funnel: v ~ N(0, 3²), x_i | v ~ N(0, e^v)."""
-    v = bdl.sample("v", dist.Normal(0.0, 3.0))
-    bdl.sample("x", dist.Normal(0.0, bdl.math.exp(v / 2)), shape=(dim,))
-
-
-@bdl.model
-def funnel_noncentred(dim: int = 9):
-    """The funnel written non-centred by hand: x = e^(v/2) x_raw, x_raw ~ N(0, 1)."""
-    v = bdl.sample("v", dist.Normal(0.0, 3.0))
-    x_raw = bdl.sample("x_raw", dist.Normal(0.0, 1.0), shape=(dim,))
-    bdl.deterministic("x", bdl.math.exp(v / 2) * x_raw)
-
-
 def ess_per_gradient(post) -> float:
     """The smallest bulk ESS over v and x's coordinates, per leapfrog step (gradient)."""
     ess = min(

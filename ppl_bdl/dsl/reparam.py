@@ -189,10 +189,7 @@ class TransformReparam(Reparam):
 def _unwrap_reshaped(fn: Distribution):
     """The distribution under ``fn``'s ``.expand``/``.to_event``/``.mask`` wrappers, and a
     function that puts the same wrappers, in the same order, around another distribution."""
-    layers = []
-    while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
-        layers.append(fn)
-        fn = fn.base_dist
+    fn, layers = _wrappers(fn)
 
     def rewrap(inner: Distribution) -> Distribution:
         for layer in reversed(layers):
@@ -207,14 +204,20 @@ def _unwrap_reshaped(fn: Distribution):
     return fn, rewrap
 
 
+def _wrappers(fn: Distribution) -> tuple[Distribution, list[Distribution]]:
+    """The distribution under ``fn``'s ``.expand``/``.to_event``/``.mask`` wrappers, and the
+    wrappers, outermost first."""
+    layers = []
+    while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
+        layers.append(fn)
+        fn = fn.base_dist
+    return fn, layers
+
+
 def _masks_of(site_fn: Distribution) -> list[tuple[Any, tuple[int, ...]]]:
     """Each ``.mask`` wrapper of ``site_fn``: its mask and the batch shape it masks."""
-    masks = []
-    while isinstance(site_fn, ExpandedDistribution | Independent | MaskedDistribution):
-        if isinstance(site_fn, MaskedDistribution):
-            masks.append((site_fn.params["mask"], site_fn.batch_shape))
-        site_fn = site_fn.base_dist
-    return masks
+    _, layers = _wrappers(site_fn)
+    return [(m.params["mask"], m.batch_shape) for m in layers if isinstance(m, MaskedDistribution)]
 
 
 def _aligned_mask(mask: Any, masked_shape: tuple[int, ...], batch_shape: tuple[int, ...]):

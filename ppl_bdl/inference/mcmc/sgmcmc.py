@@ -299,17 +299,11 @@ def run_sg_chains(
         return streams[chain]
 
     chains = list(range(num_chains)) if chain_ids is None else chain_ids
-    step_size, pilot = config.step_size, Rates(1.0, unit, unit_key)
-    if step_size is None:  # from every chain's start, whichever chains this run has
-        step_size = choose_step_size(
-            backend, transition, positions, data, batches, pilot, seed, name
-        )
-    first = int(np.argmax(keep)) // 2 if config.step_size is None and keep.any() else 0
-    run, resume = None, None
-    if first >= PILOT_STEPS:  # the first half of the warmup, then the second pilot
-        plan = plan_run(np.zeros(first, bool), len(chains), setup.layout.dim, config.chunk_size)
+
+    def run_part(part_keep, step_size, first_step=0, resume=None, progress=False):
+        plan = plan_run(part_keep, len(chains), setup.layout.dim, config.chunk_size, progress)
         rates = Rates(step_size, unit, unit_key)
-        run = run_chains(
+        return run_chains(
             backend,
             transition,
             positions[chains],
@@ -319,34 +313,30 @@ def run_sg_chains(
             stream,
             name,
             rates,
+            progress,
             chain_ids=chains,
+            first_step=first_step,
+            resume=resume,
         )
-        if run.failure is not None:
-            setup.settings["step_size"] = step_size
-            return run, step_size
-        resume, where = run.states, warmed_positions(backend, transition, run, len(chains))
-        again = choose_step_size(backend, transition, where, data, batches, pilot, seed + 1, name)
-        step_size = min(step_size, again)
-    else:
-        first = 0
+
+    step_size, pilot, first, resume = config.step_size, Rates(1.0, unit, unit_key), 0, None
+    if step_size is None:  # from every chain's start, whichever chains this run has
+        step_size = choose_step_size(
+            backend, transition, positions, data, batches, pilot, seed, name
+        )
+        if keep.any() and int(np.argmax(keep)) // 2 >= PILOT_STEPS:  # the second pilot
+            first = int(np.argmax(keep)) // 2
+            warm = run_part(np.zeros(first, bool), step_size)
+            if warm.failure is not None:
+                setup.settings["step_size"] = step_size
+                return warm, step_size
+            resume, where = warm.states, warmed_positions(backend, transition, warm, len(chains))
+            again = choose_step_size(
+                backend, transition, where, data, batches, pilot, seed + 1, name
+            )
+            step_size = min(step_size, again)
     setup.settings["step_size"] = step_size
-    plan = plan_run(keep[first:], len(chains), setup.layout.dim, config.chunk_size, progress)
-    run = run_chains(
-        backend,
-        transition,
-        positions[chains],
-        seed,
-        plan,
-        data,
-        stream,
-        name,
-        Rates(step_size, unit, unit_key),
-        progress,
-        chain_ids=chains,
-        first_step=first,
-        resume=resume,
-    )
-    return run, step_size
+    return run_part(keep[first:], step_size, first, resume, progress), step_size
 
 
 def warmed_positions(backend, transition: Transition, run: RunResult, count: int) -> np.ndarray:
