@@ -19,8 +19,8 @@ import numpy as np
 
 import ppl_bdl as bdl
 from ppl_bdl.backends import get as get_backend
-from ppl_bdl.inference.loop.programs import programs
 from ppl_bdl.models import regression
+from ppl_bdl.trace.programs import programs
 
 
 def memory_maps() -> int:

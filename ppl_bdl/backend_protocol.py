@@ -64,7 +64,7 @@ class Transition(NamedTuple):
     size, a VI learning rate; unused by NUTS/HMC), computed by the driver ahead of the loop;
     ``emit(state)``, what a kept step keeps (the position; nothing for VI). ``info`` is a dict
     of arrays: a step whose info or new state holds a non-finite float has failed. ``key``:
-    what the steps' compiled program depends on (:mod:`ppl_bdl.inference.loop.programs`), so
+    what the steps' compiled program depends on (:mod:`ppl_bdl.trace.programs`), so
     another transition with an equal key reuses it; None: the program is this transition's own.
     """
 

@@ -19,11 +19,11 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.errors import RunInterrupted
-from ppl_bdl.inference.loop.programs import clear_programs
 from ppl_bdl.posterior.chains import detach, merge_chains
 from ppl_bdl.run import process_executor, ray_executor
 from ppl_bdl.run.executor import ChainJob, ExecutorError, GroupResult, run_job, split_chains
 from ppl_bdl.run.process_executor import DeviceExecutor
+from ppl_bdl.trace.programs import clear_programs
 
 
 @pytest.fixture(autouse=True)

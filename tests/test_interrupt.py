@@ -13,8 +13,8 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.errors import RunInterrupted
-from ppl_bdl.inference.loop.programs import clear_programs
 from ppl_bdl.run.executor import ExecutorInterrupted
+from ppl_bdl.trace.programs import clear_programs
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 
 import ppl_bdl as bdl
 from ppl_bdl import dist
-from ppl_bdl.inference.loop.programs import ProgramCache, structure_key
+from ppl_bdl.trace.programs import ProgramCache, structure_key
 
 jax = pytest.importorskip("jax")
 

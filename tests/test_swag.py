@@ -10,8 +10,8 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.errors import ConfigError, RunInterrupted
-from ppl_bdl.inference.loop.programs import clear_programs
 from ppl_bdl.inference.swag import SWAGMoments, collect_moments, init_moments
+from ppl_bdl.trace.programs import clear_programs
 
 SIGMA = 0.5
 

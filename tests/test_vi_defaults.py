@@ -16,7 +16,6 @@ import pytest
 import ppl_bdl as bdl
 from ppl_bdl import dist
 from ppl_bdl.inference.common import prepare
-from ppl_bdl.inference.loop.programs import clear_programs
 from ppl_bdl.inference.vi import monitor as vi_monitor
 from ppl_bdl.inference.vi import runner as vi
 from ppl_bdl.inference.vi.guide_setup import DEFAULT_LR
@@ -34,6 +33,7 @@ from ppl_bdl.inference.vi.psis import importance_log_weights
 from ppl_bdl.inference.vi.runner import VIRun
 from ppl_bdl.models import bnn, posteriordb, regression
 from ppl_bdl.posterior.diagnostics import ConvergenceWarning
+from ppl_bdl.trace.programs import clear_programs
 
 
 def _quiet_fit(*args, **kwargs):

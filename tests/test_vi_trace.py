@@ -53,7 +53,7 @@ def test_untraceable_model_falls_back_with_a_warning(monkeypatch):
     # (Python control flow on a value no longer gets here: the validating run refuses it,
     # tests/test_model_values.py; a trace that fails for another reason falls back.)
     from ppl_bdl.backends.pyro import torchscript as _torch_trace
-    from ppl_bdl.inference.loop.programs import clear_programs
+    from ppl_bdl.trace.programs import clear_programs
 
     clear_programs()  # a program cached by an earlier fit would skip the stand-in trace
 

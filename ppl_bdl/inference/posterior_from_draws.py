@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from ppl_bdl.dsl.nn.dropout import DROPOUT_SEED as _SEED
-from ppl_bdl.inference.loop.programs import keyed, programs, structure_key
 from ppl_bdl.inference.setup import Setup
 from ppl_bdl.posterior.posterior import Posterior
 from ppl_bdl.trace.enumeration import posterior_draws
 from ppl_bdl.trace.interpreter import SiteRecord
 from ppl_bdl.trace.layout import ModelDensity
+from ppl_bdl.trace.programs import keyed, programs, structure_key
 
 #: Observed values times draws replayed per compiled call when building the posterior: bounds
 #: the memory of a replay (its activations) on big data.
@@ -91,7 +91,7 @@ class _Replayer:
 
     def _program(self, log_likelihood: bool, seeded: bool = False):
         """The compiled replay, from the backend's program cache where the model has a key
-        (another fit of the same model reuses it: :mod:`ppl_bdl.inference.loop.programs`).
+        (another fit of the same model reuses it: :mod:`ppl_bdl.trace.programs`).
         ``seeded``: each draw has a mask seed (``disc[_SEED]``) for its Dropout layers."""
         backend, density = self.setup.backend, self.density
         batch = None

@@ -27,16 +27,16 @@ import numpy as np
 from ppl_bdl.backends import get as get_backend
 from ppl_bdl.dsl.model import BoundModel, unbound_message
 from ppl_bdl.errors import ConfigError, ModelError
-from ppl_bdl.inference.loop.programs import (
+from ppl_bdl.trace.interpreter import SiteRecord
+from ppl_bdl.trace.layout import LatentLayout
+from ppl_bdl.trace.model_trace import ModelTrace, record_model, trace_model
+from ppl_bdl.trace.programs import (
     array_value_key,
     keyed,
     same,
     shapes_key,
     structure_key,
 )
-from ppl_bdl.trace.interpreter import SiteRecord
-from ppl_bdl.trace.layout import LatentLayout
-from ppl_bdl.trace.model_trace import ModelTrace, record_model, trace_model
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Setup:
 
     def program_key(self) -> Hashable | None:
         """What a program that runs this model's density depends on
-        (:mod:`ppl_bdl.inference.loop.programs`): the model (by identity), the backend, the
+        (:mod:`ppl_bdl.trace.programs`): the model (by identity), the backend, the
         values bound that are not data arrays, the data arrays' shapes and dtypes, the params'
         values (baked into the program) and the latent layout. None where a bound value has no
         exact key (a module object): such a fit compiles its own programs."""

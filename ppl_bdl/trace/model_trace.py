@@ -34,6 +34,7 @@ from ppl_bdl.dsl.bound_data import fill_data
 from ppl_bdl.dsl.model import BoundModel, unbound_message
 from ppl_bdl.dsl.model_errors import read_past_the_end
 from ppl_bdl.errors import DataError, ModelError
+from ppl_bdl.trace import programs as cache
 from ppl_bdl.trace.interpreter import Evaluator, SiteRecord
 
 
@@ -181,7 +182,6 @@ def _check_bounds(bound, backend, recorded: Evaluator) -> None:
     shorter than its plate would be read past its end without an error). The latents, params
     and data are the check's arguments, so a compiled check does not bake them in, and a second
     fit of the same model with data of the same shapes reuses it (the backend's program cache)."""
-    from ppl_bdl.inference.loop import programs as cache
 
     values = {n: s.value for n, s in recorded.sites.items() if s.kind == "latent"}
     params = {n: s.value for n, s in recorded.sites.items() if s.kind == "param"}

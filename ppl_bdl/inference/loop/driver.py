@@ -7,7 +7,7 @@ array a kept step keeps. :func:`run_chains` runs it:
 - in chunks of one compiled length (:meth:`Backend.compile_loop`: on JAX one jitted loop, on
   torch a plain loop around the step): a shorter last chunk runs the same program with fewer
   steps, and the program is kept in the backend's program cache under the transition's key
-  (:mod:`~ppl_bdl.inference.loop.programs`), so another fit of the same model reuses it;
+  (:mod:`~ppl_bdl.trace.programs`), so another fit of the same model reuses it;
 - with the chains split into parts once, here: side by side (``vmap``, one part) where the
   backend vectorises them and the method allows it, else one after another (a part each);
   chain c has its own key and its own minibatch order, so a chain's draws do not depend on how
@@ -47,8 +47,8 @@ import numpy as np
 from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.loop.chunked_run import ChunkedRun, Failure, RunPart
-from ppl_bdl.inference.loop.programs import programs, same
 from ppl_bdl.inference.loop.spread import chain_padding, check_spread, part_scale
+from ppl_bdl.trace.programs import programs, same
 
 __all__ = ["Batch", "Rates", "RunPlan", "RunResult", "Transition", "plan_run", "run_chains"]
 
@@ -63,7 +63,7 @@ class Rates(NamedTuple):
     :mod:`ppl_bdl.dsl.math`, evaluated in the compiled step; None: the constant 1, no work per
     step). ``scale`` is a loop input: changing it compiles nothing. ``key``: what ``unit``
     computes (its schedule and settings), so runs whose units are equal share a compiled
-    program (:mod:`ppl_bdl.inference.loop.programs`); None: ``unit`` is its own.
+    program (:mod:`ppl_bdl.trace.programs`); None: ``unit`` is its own.
 
     Example
     -------

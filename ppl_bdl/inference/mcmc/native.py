@@ -16,12 +16,12 @@ from ppl_bdl.backend_protocol import NativeSettings
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.loop.driver import plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
-from ppl_bdl.inference.loop.programs import programs
 from ppl_bdl.inference.mcmc.neutra import NeuTraMap
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup
 from ppl_bdl.inference.starts import initial_positions
 from ppl_bdl.trace.layout import ModelDensity
+from ppl_bdl.trace.programs import programs
 
 CHAIN_METHODS = ("sequential", "vectorized")
 

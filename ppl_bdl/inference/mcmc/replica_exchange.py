@@ -22,7 +22,6 @@ import numpy as np
 
 from ppl_bdl.backend_protocol import Batch, Transition
 from ppl_bdl.errors import ConfigError
-from ppl_bdl.inference.loop.programs import keyed, programs, structure_key
 from ppl_bdl.inference.mcmc.kernels.replica_exchange import (
     check_temperatures,
     difference_variance,
@@ -35,6 +34,7 @@ from ppl_bdl.inference.method import check_bool, check_int, check_number, check_
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.trace.layout import ModelDensity
 from ppl_bdl.trace.pointwise import PointDensity
+from ppl_bdl.trace.programs import keyed, programs, structure_key
 
 
 @dataclass(frozen=True)

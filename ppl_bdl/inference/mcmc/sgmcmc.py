@@ -30,7 +30,6 @@ from ppl_bdl.errors import ConfigError, one_of
 from ppl_bdl.inference.loop.driver import Rates, RunResult, plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
 from ppl_bdl.inference.loop.minibatch import EpochBatches
-from ppl_bdl.inference.loop.programs import keyed, programs, same, structure_key
 from ppl_bdl.inference.mcmc.control_variates import (
     anchor_period,
     check_control_variate,
@@ -50,6 +49,7 @@ from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup, minibatch_plate
 from ppl_bdl.inference.starts import initial_positions
 from ppl_bdl.trace.layout import ModelDensity
+from ppl_bdl.trace.programs import keyed, programs, same, structure_key
 
 #: Keyword settings a kernel factory may declare; the driver fills them in.
 DRIVER_SUPPLIED = ("value_and_grad", "num_steps", "num_cycles")

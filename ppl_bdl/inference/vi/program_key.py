@@ -1,4 +1,4 @@
-"""What a VI fit's compiled step depends on (:mod:`ppl_bdl.inference.loop.programs`): another
+"""What a VI fit's compiled step depends on (:mod:`ppl_bdl.trace.programs`): another
 VI fit of the same model with the same guide, objective and optimizer, at another seed, on
 other data of the same shapes or with another learning rate, reuses its programs."""
 
@@ -8,8 +8,8 @@ import dataclasses
 from collections.abc import Hashable
 from typing import Any
 
-from ppl_bdl.inference.loop.programs import keyed, structure_key
 from ppl_bdl.inference.setup import Setup
+from ppl_bdl.trace.programs import keyed, structure_key
 
 #: Run options that change only the start, the host's chunking or (plain optimizers) an
 #: input of the compiled step: the program does not depend on them.

@@ -36,7 +36,6 @@ from ppl_bdl.errors import ConfigError, InferenceError, RunInterrupted
 from ppl_bdl.inference.common import Setup, build_posterior
 from ppl_bdl.inference.loop.driver import Rates, RunPlan, plan_run, progress_bar, run_chains
 from ppl_bdl.inference.loop.minibatch import EpochBatches
-from ppl_bdl.inference.loop.programs import cached_transition
 from ppl_bdl.inference.setup import minibatch_plate
 from ppl_bdl.inference.vi.chains import check_fits, fit_seed
 from ppl_bdl.inference.vi.chains import each as _each
@@ -69,6 +68,7 @@ from ppl_bdl.inference.vi.objectives_refined import make_refined_loss
 from ppl_bdl.inference.vi.program_key import vi_transition_key
 from ppl_bdl.optim import OptimizerConfig, unit_schedule
 from ppl_bdl.trace.layout import ModelDensity
+from ppl_bdl.trace.programs import cached_transition
 
 RUN_OPTIONS = {
     "guide",
