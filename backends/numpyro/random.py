@@ -64,6 +64,8 @@ def threefry2x32(k0, k1, x0, x1):
 def fold_in(key, data):
     """``jax.random.fold_in(key, data)``, bit for bit, for a raw ``uint32[2]`` key (the
     backend's keys); other keys go to JAX's own function."""
+    if _eager(key, data):
+        return _fold_in_compiled(key, data)
     key = jnp.asarray(key)
     if key.dtype != jnp.uint32 or key.shape != (2,):
         return jax.random.fold_in(key, data)
@@ -82,6 +84,8 @@ def normal(key, shape, dtype):
     bits under a unit exponent make a uniform on [1, 2), shifted to (-1, 1); the normal is
     √2 erf⁻¹ of it. Written out, the hash and the transform fuse into one elementwise kernel
     instead of a rolled loop of five iterations over the whole array."""
+    if _eager(key):
+        return _normal_compiled(key, tuple(shape), np.dtype(dtype))
     key, dtype = jnp.asarray(key), np.dtype(dtype)
     if (
         key.dtype != jnp.uint32
@@ -121,3 +125,13 @@ _UNIT_BITS = {
     np.dtype(np.float32): (32 - 23, np.float32(1).view(np.uint32)),
     np.dtype(np.float64): (64 - 52, np.float64(1).view(np.uint64)),
 }
+
+
+def _eager(*values) -> bool:
+    """Whether a call is outside any trace: called eagerly, the written-out hash would run (and
+    compile) each of its few dozen operations on its own, so it runs as one compiled call."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+_fold_in_compiled = jax.jit(fold_in)
+_normal_compiled = jax.jit(normal, static_argnums=(1, 2))
