@@ -23,11 +23,14 @@ def test_climbs_tells_unstable_from_settling_and_stationary():
     settling = 500 * np.exp(-t / 10) + rng.normal(size=100)
     stationary = 10 + rng.normal(size=100)
     exploding = 1.1**t
+    # jumps within its first quarter and stays up: the first quarter's median is already high
+    jumped = np.where(t < 3, 0.0, 400.0) + 3 * rng.normal(size=100)
     thermalising = 5 * (1 - np.exp(-t / 10)) + rng.normal(size=100)  # from a mode: +d/2
     assert not climbs(settling[None], dim=10)
     assert not climbs(stationary[None], dim=10)
     assert not climbs(thermalising[None], dim=10)
     assert climbs(exploding[None], dim=10)
+    assert climbs(jumped[None], dim=10)
     assert climbs(np.stack([stationary, exploding]), dim=10)  # any chain
 
 

@@ -5,12 +5,13 @@ of :data:`PILOT_STEPS` steps of the kernel itself (every chain from its own star
 minibatches and schedule), and keeps the largest that passes:
 
 - every step's potential and gradient stay finite (the run does not stop), and
-- the potential does not climb: the median of its last quarter is not above that of its first
-  quarter by more than a sampler at temperature T = 1 can climb, d/2 + 5 √(d/2) for d latent
-  dimensions (from a mode, U rises by about d/2 as the chain fills the posterior, with
-  standard deviation √(d/2)), plus three inter-quartile ranges of the first quarter (the noise of
-  the minibatch estimate of U). A chain that is still settling goes down; an unstable one
-  climbs without bound.
+- the potential does not climb: the median of its last quarter is not above its start (the
+  first step's potential, or the first quarter's median where that is lower) by more than a
+  sampler at temperature T = 1 can climb, d/2 + 5 √(d/2) for d latent dimensions (from a mode,
+  U rises by about d/2 as the chain fills the posterior, with standard deviation √(d/2)), plus
+  three inter-quartile ranges of the first or the last quarter, the smaller (the noise of the
+  minibatch estimate of U). A chain that is still settling goes down; an unstable one climbs,
+  within its first few steps (the first quarter already high and spread) or without bound.
 
 The largest step that passes is near the edge of stability (for a Gaussian posterior with
 curvature λ, SGLD is stable for α λ < 2, and its stationary variance is inflated by
@@ -132,8 +133,13 @@ def climbs(potentials: np.ndarray, dim: int) -> bool:
     quarter = max(1, potentials.shape[1] // 4)
     for chain in potentials:
         first, last = chain[:quarter], chain[-quarter:]
-        q25, q75 = np.percentile(first, [25, 75])
-        allowance = dim / 2 + 5 * math.sqrt(dim / 2) + 3 * (q75 - q25)
-        if np.median(last) - np.median(first) > allowance:
+        allowance = dim / 2 + 5 * math.sqrt(dim / 2) + 3 * min(_spread(first), _spread(last))
+        if np.median(last) - min(chain[0], np.median(first)) > allowance:
             return True
     return False
+
+
+def _spread(potentials: np.ndarray) -> float:
+    """The inter-quartile range: the minibatch noise of U where the chain is stationary."""
+    q25, q75 = np.percentile(potentials, [25, 75])
+    return float(q75 - q25)
