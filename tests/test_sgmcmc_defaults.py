@@ -12,7 +12,23 @@ pytest.importorskip("numpyro")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["sgld", "sghmc"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "sgld",
+        "sghmc",
+        "psgld",
+        "csghmc",
+        pytest.param(
+            "csgld",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="35% high here: each cycle's sampling stage starts before the chain has "
+                "settled from its exploration stage (known; 2% on the demo's BNN)",
+            ),
+        ),
+    ],
+)
 def test_defaults_fit_the_noise_scale(method):
     X, y = regression.make_sine_data(n=120)  # true noise sigma 0.15
     bound = bnn.make_bnn_regression(hidden=(16,))(X, y)

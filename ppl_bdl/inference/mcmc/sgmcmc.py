@@ -321,8 +321,9 @@ def run_sg_chains(
 
     step_size, pilot, first, resume = config.step_size, Rates(1.0, unit, unit_key), 0, None
     if step_size is None:  # from every chain's start, whichever chains this run has
+        margin = config.entry.pilot_margin
         step_size = choose_step_size(
-            backend, transition, positions, data, batches, pilot, seed, name
+            backend, transition, positions, data, batches, pilot, seed, name, margin
         )
         if keep.any() and int(np.argmax(keep)) // 2 >= PILOT_STEPS:  # the second pilot
             first = int(np.argmax(keep)) // 2
@@ -332,7 +333,7 @@ def run_sg_chains(
                 return warm, step_size
             resume, where = warm.states, warmed_positions(backend, transition, warm, len(chains))
             again = choose_step_size(
-                backend, transition, where, data, batches, pilot, seed + 1, name
+                backend, transition, where, data, batches, pilot, seed + 1, name, margin
             )
             step_size = min(step_size, again)
     setup.settings["step_size"] = step_size

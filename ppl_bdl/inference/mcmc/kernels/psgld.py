@@ -25,7 +25,7 @@ from ppl_bdl.inference.mcmc.kernels.registry import register
 from ppl_bdl.inference.mcmc.kernels.sgld import check_temperature
 
 
-@register("psgld", blocks=True)
+@register("psgld", blocks=True, pilot_margin=0.01)
 def psgld(
     value_and_grad: ValueAndGrad,
     temperature: float = 1.0,

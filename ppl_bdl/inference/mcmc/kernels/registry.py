@@ -29,7 +29,9 @@ class KernelEntry:
     ``cyclical``: an SG-MCMC kernel that runs on the cyclical schedule with an exploration stage
     (its factory takes ``exploration``, β; the driver keeps draws in sampling stages only);
     ``blocks``: ``fit``'s loop gives the kernel its position as a tuple of per-site blocks
-    (written with :mod:`ppl_bdl.inference.mcmc.blocks`), else as one flat vector."""
+    (written with :mod:`ppl_bdl.inference.mcmc.blocks`), else as one flat vector;
+    ``pilot_margin``: ``step_size="auto"`` takes the largest step its pilot found stable times
+    this (:mod:`~ppl_bdl.inference.mcmc.step_size`)."""
 
     name: str
     kind: str
@@ -37,6 +39,7 @@ class KernelEntry:
     doc: str = ""
     cyclical: bool = False
     blocks: bool = False
+    pilot_margin: float = 0.1
 
 
 _REGISTRY: dict[str, KernelEntry] = {}
@@ -48,6 +51,7 @@ def register(
     kind: str = "sgmcmc",
     cyclical: bool = False,
     blocks: bool = False,
+    pilot_margin: float = 0.1,
     overwrite: bool = False,
 ):
     """Decorator: register an SG-MCMC kernel factory under ``name`` so ``fit(method=name)`` runs it.
@@ -58,7 +62,9 @@ def register(
     and ``fit``'s loop gives it its position as a tuple of per-site blocks, each in its site's
     unconstrained shape, on a backend that fuses elementwise work (``fuses_elementwise``: JAX): the model reads the sites and returns their gradients without a copy
     between a flat vector and the sites each step. Without it (the default) the position is
-    one flat vector.
+    one flat vector. ``pilot_margin``: ``step_size="auto"`` uses the largest step size its
+    pilot found stable times this (0.1; smaller for a kernel whose adaptive preconditioner keeps
+    a too-large step from blowing up, so that the pilot cannot see it).
 
     Example
     -------
@@ -84,6 +90,10 @@ def register(
         raise ConfigError(f"kernel kind must be 'native' or 'sgmcmc', got {kind!r}.")
     if not isinstance(blocks, bool):
         raise ConfigError(f"blocks must be True or False, got {blocks!r}.")
+    if isinstance(pilot_margin, bool) or not isinstance(pilot_margin, int | float):
+        raise ConfigError(f"pilot_margin must be a number in (0, 1], got {pilot_margin!r}.")
+    if not 0 < pilot_margin <= 1:
+        raise ConfigError(f"pilot_margin must be a number in (0, 1], got {pilot_margin!r}.")
 
     def decorator(factory):
         if cyclical and "exploration" not in inspect.signature(factory).parameters:
@@ -97,7 +107,9 @@ def register(
                 "overwrite=True."
             )
         doc = (factory.__doc__ or "").strip()
-        _REGISTRY[name] = KernelEntry(name, kind, factory, doc, cyclical, blocks)
+        _REGISTRY[name] = KernelEntry(
+            name, kind, factory, doc, cyclical, blocks, float(pilot_margin)
+        )
         return factory
 
     return decorator
