@@ -14,6 +14,7 @@ import ppl_bdl as bdl
 from ppl_bdl import dist, nn
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.laplace.curvature import curvature
+from ppl_bdl.inference.laplace.layer_ggn import layer_pieces
 from ppl_bdl.inference.laplace.marglik import rescale_prior
 from ppl_bdl.inference.setup import prepare
 from ppl_bdl.posterior.diagnostics import ConvergenceWarning
@@ -140,6 +141,42 @@ def test_chunks_and_backends_give_the_same_factors():
         for backend, size in (("numpyro", None), ("pyro", 7))
     )
     np.testing.assert_allclose(chunked, whole, rtol=1e-10, atol=1e-12)
+
+
+@bdl.model
+def sequence(X, y=None):
+    f = nn.Dense("fc", 3, 2, prior=2.0).sample()  # applied at 2 positions of each point
+    with bdl.plate("data", X.shape[0]) as idx:
+        loc = f(X[idx].reshape(-1, 2, 3)).sum(axis=(1, 2))
+        bdl.sample("y", dist.Normal(loc, 0.3), obs=None if y is None else y[idx])
+
+
+@pytest.mark.parametrize("backend", ["numpyro", "pyro"])
+def test_layer_diagonal_is_the_full_ggns_diagonal(backend):
+    """hessian="diag" reads the Dense layers' diagonal from the layer pass; the other
+    coordinates (a noise scale, a layer used at several positions) from Hessian-vector
+    products: all equal the full GGN's diagonal, in chunks, with a compiled pass kept."""
+    rng = np.random.default_rng(7)
+    cases = [
+        (classifier(X, LABELS), {"net.0", "net.1"}),
+        (noisy(XL, YL), {"fc"}),
+        (sequence(rng.normal(size=(9, 6)), rng.normal(size=9)), set()),
+    ]
+    for bound, exact in cases:
+        setup = prepare(bound, backend, "float64", 0)
+        theta = rng.normal(size=setup.layout.dim) * 0.7
+        full = curvature(setup, theta, "full", "ggn")
+        diag = curvature(setup, theta, "diag", "ggn", batch_size=7)
+        np.testing.assert_allclose(diag, np.diag(full), rtol=1e-9, atol=1e-12)
+        found = layer_pieces(setup, theta, set(setup.layout.names), 7, "diag")
+        assert found.diagonal == exact
+        cached = len(bound.model.compiled)
+        curvature(setup, theta, "diag", "ggn", batch_size=7)
+        assert len(bound.model.compiled) == cached  # the second call compiles nothing new
+    last = np.arange(setup.layout.dim)[-2:]  # fc.bias of the sequence model alone
+    np.testing.assert_allclose(
+        curvature(setup, theta, "diag", "ggn", last), np.diag(full)[last], rtol=1e-9
+    )
 
 
 def test_marglik_prior_scale_matches_the_assembled_precision():

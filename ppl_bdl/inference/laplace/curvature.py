@@ -17,12 +17,15 @@ The potential is U(θ) = −log p(θ, D) − log|J| on the flat unconstrained ve
   transforms, ``bdl.factor`` sites, and the likelihood's other parameters, a learnt noise scale:
   those keep their exact curvature).
 
-``hessian="full"`` builds the (d, d) matrix; ``"diag"`` its diagonal only, exactly, from
-Hessian-vector products of U (or G) with the unit vectors, ``chunk`` of them at once
-(the gradient of ⟨∇U, v⟩): d products, memory of ``chunk`` gradients,
-never the (d, d) matrix. The data is read in chunks of ``batch_size`` points of the data plate
-where given: with the potential U_k of chunk k scaled by N / B_k (minibatch scaling),
-Σ_k (B_k / N) ∇²U_k = ∇²U exactly, so the result does not depend on the chunks.
+``hessian="full"`` builds the (d, d) matrix; ``"diag"`` its diagonal only, exactly, never the
+(d, d) matrix. For the GGN, the weights of ``nn.Dense`` layers with a Normal prior get theirs
+from one compiled pass per chunk of the data (:mod:`~ppl_bdl.inference.laplace.layer_ggn`: a
+backward pass per output dimension, as KFAC's factors cost), plus the prior's precision; every
+other coordinate (and every one for ``"hessian"``) from Hessian-vector products of U (or G)
+with the unit vectors, ``chunk`` of them at once (the gradient of ⟨∇U, v⟩): one product per
+coordinate, memory of ``chunk`` gradients. The data is read in chunks of ``batch_size`` points
+of the data plate where given: with the potential U_k of chunk k scaled by N / B_k (minibatch
+scaling), Σ_k (B_k / N) ∇²U_k = ∇²U exactly, so the result does not depend on the chunks.
 
 Example
 -------
@@ -42,115 +45,11 @@ Example
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import numpy as np
 
-from ppl_bdl.dsl.bound_data import fill_data
-from ppl_bdl.errors import ConfigError
-from ppl_bdl.inference.setup import minibatch_plate
-from ppl_bdl.trace.interpreter import Evaluator
-
-#: The likelihood's outputs f linearised by ``curvature="ggn"``, by family: parameters in which
-#: −log p(y | f) is convex, so that Λ is positive semi-definite.
-OUTPUTS = {
-    "Normal": ("loc",),
-    "Bernoulli": ("logits", "probs"),
-    "Categorical": ("logits", "probs"),
-    "Binomial": ("logits", "probs"),
-    "Poisson": ("rate",),
-}
-
-
-class OutputEvaluator(Evaluator):
-    """An :class:`Evaluator` whose likelihood sites take their outputs (``outputs``: site name
-    -> {parameter: value}) from the caller rather than from the model's code."""
-
-    def __init__(self, backend, *, outputs: dict | None = None, **kwargs: Any):
-        super().__init__(backend, **kwargs)
-        self.outputs = outputs or {}
-
-    def _sample(self, msg) -> None:
-        new = self.outputs.get(msg.name)
-        if new is not None:
-            spec = copy.copy(msg.fn)
-            spec.params = {**spec.params, **new}
-            msg.fn = spec
-        super()._sample(msg)
-
-
-def check_outputs(setup) -> None:
-    """A ConfigError naming each observed site whose family has no output ``"ggn"`` can
-    linearise."""
-    bad = {
-        n: s.spec.name
-        for n, s in setup.sites.items()
-        if s.kind == "observed" and s.spec is not None and s.spec.name not in OUTPUTS
-    }
-    if bad:
-        raise ConfigError(
-            f"curvature='ggn' linearises the likelihood's output (the parameter of "
-            f"{sorted(OUTPUTS)} in which −log p is convex); observed site(s) {bad} have no "
-            "such parameter. Use curvature='hessian' (the exact Hessian of the potential)."
-        )
-
-
-class Potentials:
-    """U, its GGN surrogate G, and the outputs f, as functions of the flat unconstrained vector
-    on one chunk of the data (``batch``: plate name -> indices, or None)."""
-
-    def __init__(self, setup):
-        self.setup, self.backend, self.layout = setup, setup.backend, setup.layout
-        self.data, self.template = setup.bound.data_arrays(self.backend)
-
-    def _run(self, evaluator):
-        self.setup.bound.run_with(evaluator, fill_data(self.template, self.data))
-        return evaluator
-
-    def potential(self, flat, batch=None, outputs=None):
-        ev = OutputEvaluator(
-            self.backend,
-            unconstrained=self.layout.unflatten(flat, self.backend),
-            params=self.setup.params,
-            batch=batch,
-            outputs=outputs,
-        )
-        return -self._run(ev).log_joint
-
-    def outputs(self, flat, batch=None) -> dict:
-        """f(θ): each observed site's outputs (:data:`OUTPUTS`) as the model computes them."""
-        ev = Evaluator(
-            self.backend,
-            unconstrained=self.layout.unflatten(flat, self.backend),
-            params=self.setup.params,
-            batch=batch,
-            record=True,
-        )
-        sites = self._run(ev).sites
-        out = {}
-        for name, site in sites.items():
-            if site.kind == "observed" and site.spec.name in OUTPUTS:
-                params = site.spec.params
-                out[name] = {
-                    k: self.backend.asarray(params[k])
-                    for k in OUTPUTS[site.spec.name]
-                    if k in params
-                }
-        return out
-
-    def linearised(self, anchor, batch=None):
-        """G(θ) = U(θ) with the outputs linearised at ``anchor`` (θ*)."""
-        m = self.backend.math
-
-        def value(flat):
-            fstar, jv = self.backend.jvp(
-                lambda a: self.outputs(a, batch), (anchor,), (flat - anchor,)
-            )
-            lin = {site: {k: fstar[site][k] + jv[site][k] for k in fstar[site]} for site in fstar}
-            return m.sum(self.potential(flat, batch, lin))
-
-        return value
+from ppl_bdl.inference.laplace.layer_ggn import layer_coordinates, layer_pieces
+from ppl_bdl.inference.laplace.marglik import normal_prior
+from ppl_bdl.inference.laplace.potentials import Potentials, check_outputs, data_chunks
 
 
 def _embed(backend, anchor, index: np.ndarray):
@@ -185,22 +84,6 @@ def _runs(index: np.ndarray) -> list[tuple[int, int]]:
     return runs
 
 
-def _chunks(setup, batch_size: int | None):
-    """The data chunks the curvature is summed over: (batch, weight B_k / N), or one full
-    chunk."""
-    plate = minibatch_plate(setup, batch_size)
-    if plate is None:
-        return [(None, 1.0)]
-    name, size = plate
-    return [
-        (
-            {name: np.arange(start, min(start + batch_size, size))},
-            min(batch_size, size - start) / size,
-        )
-        for start in range(0, size, batch_size)
-    ]
-
-
 def curvature(
     setup,
     position: np.ndarray,
@@ -213,17 +96,49 @@ def curvature(
     """The curvature of U at ``position`` (flat, NumPy) over the coordinates ``index`` (all by
     default): the (k, k) matrix for ``structure="full"``, its diagonal (k,) for ``"diag"``;
     ``kind`` "hessian" or "ggn" (see the module docstring). NumPy float64."""
-    backend = setup.backend
     index = np.arange(setup.layout.dim) if index is None else np.asarray(index, int)
     if kind == "ggn":
         check_outputs(setup)
+    if structure == "diag" and kind == "ggn":
+        return _layered_diagonal(setup, position, index, batch_size, chunk)
+    return _autodiff_curvature(setup, position, structure, kind, index, batch_size, chunk)
+
+
+def _layered_diagonal(setup, position, index, batch_size, chunk) -> np.ndarray:
+    """The GGN's diagonal over ``index``: the nn.Dense layers' weights from their per-layer
+    pieces (:func:`~ppl_bdl.inference.laplace.layer_ggn.layer_pieces`) plus their Normal prior's
+    precision; every other coordinate from Hessian-vector products."""
+    layout = setup.layout
+    at = np.full(layout.dim, -1)
+    at[index] = np.arange(len(index))
+    whole = {s.name for s in layout.slots if np.all(at[s.offset : s.offset + s.size] >= 0)}
+    out = np.full(len(index), np.nan)
+    if any(name.endswith(".weight") for name in whole):
+        found = layer_pieces(setup, position, whole, batch_size, "diag")
+        for path in found.diagonal:
+            coords = layer_coordinates(setup, path, found.layers[path], whole).ravel()
+            prior, _ = normal_prior(setup, coords)
+            if np.all(prior > 0):  # a Normal prior: its Hessian is its precision
+                out[at[coords]] = found.pieces[path]["D"].ravel() + prior
+    rest = np.isnan(out)
+    if np.any(rest):
+        out[rest] = _autodiff_curvature(
+            setup, position, "diag", "ggn", index[rest], batch_size, chunk
+        )
+    return out
+
+
+def _autodiff_curvature(setup, position, structure, kind, index, batch_size, chunk):
+    """The curvature over ``index`` from the backend's Hessian or Hessian-vector products of U
+    (or G) restricted to those coordinates."""
+    backend = setup.backend
     total = 0.0
     with backend.scope(), backend.activate():
         pots = Potentials(setup)
         anchor = backend.asarray(position)
         embed = _embed(backend, anchor, index)
         start = backend.asarray(position[index])
-        for batch, weight in _chunks(setup, batch_size):
+        for batch, weight in data_chunks(setup, batch_size):
             if batch is not None:
                 batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
             full = (

@@ -5,7 +5,7 @@ Immer, Korzepa & Bauer (2021, Eq. 6) predict with the model linearised at the MA
     f_lin(x, θ) = f(x, θ*) + J(x) (θ − θ*),
 
 whose curvature is the GGN the Laplace fit used: the outputs f (the likelihood's
-location-type parameter: :data:`~ppl_bdl.inference.laplace.curvature.OUTPUTS`) of each
+location-type parameter: :data:`~ppl_bdl.inference.laplace.potentials.OUTPUTS`) of each
 predicted site are replaced by f_lin at every draw θ of the Gaussian, and the likelihood is then
 drawn as usual (its moments summarised as for ``pred_type="nn"``). J(x)(θ − θ*) is one ``jvp``
 per draw; the Jacobian is never formed. For a model whose outputs are linear in θ the two
@@ -18,7 +18,7 @@ import numpy as np
 
 from ppl_bdl.dsl.bound_data import fill_data
 from ppl_bdl.errors import ModelError
-from ppl_bdl.inference.laplace.curvature import OUTPUTS, OutputEvaluator
+from ppl_bdl.inference.laplace.potentials import OUTPUTS, OutputEvaluator
 from ppl_bdl.posterior.predictive_runner import MAX_DRAWS_PER_CALL
 from ppl_bdl.posterior.predictive_runner import _draws_and_moments as draws_and_moments
 from ppl_bdl.trace.layout import LatentLayout

@@ -5,16 +5,20 @@ and ``nn.Conv2d`` layers (Martens & Grosse 2015; Grosse & Martens 2016; Ritter, 
 Each layer gets its own block of the precision, over its weight and bias together as one
 matrix W̃ (for a Dense layer s = x W + b, W̃ = [W; b], (in + 1, out), its input a = [x, 1]):
 
-    P_layer ≈ (A / N) ⊗ G + δ I,   A = Σ_n a_n a_nᵀ,   G = Σ_n Σ_c g_nc g_ncᵀ,
+    P_layer ≈ (A / N) ⊗ G + δ I,   A = Σ_n a_n a_nᵀ,   G = Σ_n M_nᵀ Λ_n M_n,
 
-summed over the N data points, where g_nc = (∂f_n/∂s_n)ᵀ L_n[:, c] backpropagates the c-th
-column of a square root L_n L_nᵀ = Λ_n of the likelihood's Hessian in its outputs f_n (the
-GGN's Λ, see :mod:`~ppl_bdl.inference.laplace.curvature`) to the layer's pre-activation: the
-exact-type KFAC of the GGN, with laplace-torch's (asdl's) scaling (the input factor divided by
-N). With one output per data point and one layer it is the exact GGN. Λ_n is computed by
-autodiff (one Hessian-vector product per output dimension), so every family of
-:data:`~ppl_bdl.inference.laplace.curvature.OUTPUTS` works. Convolutions use the KFC expansion
-(patches as inputs, positions as extra data points; :mod:`~ppl_bdl.inference.laplace.kron_layers`).
+summed over the N data points, where M_n = ∂f_n/∂s_n is the Jacobian of the likelihood's
+outputs f_n in the layer's pre-activation and Λ_n the likelihood's Hessian in f_n (the GGN's
+Λ, see :mod:`~ppl_bdl.inference.laplace.curvature`): the exact-type KFAC of the GGN, with
+laplace-torch's (asdl's) scaling (the input factor divided by N). With one output per data
+point and one layer it is the exact GGN. A and G come from one compiled pass per chunk of the
+data (:mod:`~ppl_bdl.inference.laplace.layer_ggn`); Λ_n is computed by autodiff, so every
+family of :data:`~ppl_bdl.inference.laplace.potentials.OUTPUTS` works. Convolutions use the
+KFC expansion (patches as inputs, positions as extra data points;
+:mod:`~ppl_bdl.inference.laplace.kron_layers`).
+laplace-torch keeps a Dense layer's bias in a block of its own (its weight block G ⊗ A, its
+bias block G): the same blocks as ours, less our weight-bias cross terms (Σ_n x_n / N) ⊗ G
+(``benchmarks/laplace_torch.py`` compares them).
 δ is the layer's Normal prior precision (one value over weight and bias) plus ``damping``.
 The layers are found by running the model inside a :class:`~ppl_bdl.dsl.nn.probe.LayerProbe`.
 
@@ -48,18 +52,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from ppl_bdl.dsl.nn.probe import LayerProbe
 from ppl_bdl.errors import ConfigError, InferenceError
 from ppl_bdl.inference.laplace.approximation import LaplaceApproximation, checked_precision
-from ppl_bdl.inference.laplace.curvature import Potentials, _chunks, check_outputs, curvature
-from ppl_bdl.inference.laplace.kron_layers import (
-    check_layer,
-    coordinates,
-    input_factor,
-    kronecker_order,
-    output_factor,
-)
+from ppl_bdl.inference.laplace.curvature import curvature
+from ppl_bdl.inference.laplace.kron_layers import kronecker_order
+from ppl_bdl.inference.laplace.layer_ggn import layer_coordinates, layer_pieces
 from ppl_bdl.inference.laplace.marglik import normal_prior
+from ppl_bdl.inference.laplace.potentials import check_outputs
 
 #: The most coordinates outside the nn layers that keep a full block (beyond: its diagonal).
 REST_FULL_LIMIT = 512
@@ -192,12 +191,13 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
     """The :class:`KronLaplaceApproximation` at ``mode`` over the coordinates ``index`` (the
     latent ``sites``)."""
     check_outputs(setup)
-    layers, a_sums, g_sums, count = kron_factors(setup, mode, set(sites), batch_size)
+    found = layer_pieces(setup, mode, set(sites), batch_size, "kron")
     blocks = []
-    for path, layer in layers.items():
+    for path, layer in found.layers.items():
         coords = layer_coordinates(setup, path, layer, set(sites))
         delta = layer_prior_precision(setup, path, coords) + (damping or 0.0)
-        left, right = kronecker_order(layer, a_sums[path] / count, g_sums[path])
+        pieces = found.pieces[path]
+        left, right = kronecker_order(layer, pieces["A"] / found.rows, pieces["G"])
         blocks.append(KronBlock.from_factors(coords, left, right, delta))
         if np.min(blocks[-1].eigenvalues()) <= 0:
             raise InferenceError(
@@ -205,7 +205,9 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
                 "prior precision is 0). Give its weights a Normal prior or pass damping=..."
             )
     covered = np.concatenate([b.coords.ravel() for b in blocks]) if blocks else np.zeros(0, int)
-    rest_index = np.setdiff1d(index, covered)
+    outside = np.ones(setup.layout.dim, bool)
+    outside[covered] = False
+    rest_index = index[outside[index]]
     structure = "full" if 0 < len(rest_index) <= REST_FULL_LIMIT else "diag"
     rest = np.zeros(0)
     if len(rest_index):
@@ -226,18 +228,6 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
     )
 
 
-def layer_coordinates(setup, path: str, layer, sites: set) -> np.ndarray:
-    """The flat coordinates of layer ``path``'s W̃ (:mod:`~ppl_bdl.inference.laplace.kron_layers`;
-    without the bias when it is not among the Gaussian ``sites``)."""
-    slots = {s.name: s for s in setup.layout.slots}
-
-    def run(name):
-        return np.arange(slots[name].offset, slots[name].offset + slots[name].size)
-
-    bias = run(f"{path}.bias") if f"{path}.bias" in sites else None
-    return coordinates(layer, run(f"{path}.weight"), bias)
-
-
 def layer_prior_precision(setup, path: str, coords: np.ndarray) -> float:
     """δ: the one Normal prior precision of a layer's weight and bias; a ConfigError when they
     differ or are not Normal."""
@@ -250,136 +240,3 @@ def layer_prior_precision(setup, path: str, coords: np.ndarray) -> float:
         f"{sorted(set(np.round(lam, 12).tolist()))} (0: not a Normal with fixed scale). Give the "
         "weight and bias one Normal prior (bias_prior=None), or use hessian='diag'."
     )
-
-
-def kron_layers(calls, sites: set) -> dict:
-    """The layers (path -> layer) whose weight is a Gaussian site, in the order they ran; a
-    ConfigError for one that ``"kron"`` cannot factor."""
-    layers = {}
-    for call in calls:
-        if f"{call.path}.weight" in sites:
-            check_layer(call)
-            layers[call.path] = call.layer
-    return layers
-
-
-def kron_factors(setup, mode, sites: set, batch_size):
-    """Each layer's input and output factors summed over the data (path -> array), and N."""
-    backend = setup.backend
-    a_sums: dict = {}
-    g_sums: dict = {}
-    layers, count = None, 0
-    with backend.scope(), backend.activate():
-        pots = Potentials(setup)
-        anchor = backend.asarray(mode)
-        for batch, weight in _chunks(setup, batch_size):
-            if batch is not None:
-                batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
-            with LayerProbe() as probe:
-                outputs = pots.outputs(anchor, batch)
-            layers = kron_layers(probe.calls, sites) if layers is None else layers
-            chosen = [i for i, c in enumerate(probe.calls) if c.path in layers]
-            table = OutputTable(backend, outputs)
-            count += table.rows
-            roots = square_roots(weight * output_hessians(pots, anchor, batch, table))
-            grads = backprop(pots, anchor, batch, table, probe.calls, chosen, roots)
-            for i, g in zip(chosen, grads, strict=True):
-                call = probe.calls[i]
-                x = np.asarray(backend.to_numpy(call.x), float)
-                a = input_factor(call.layer, x, f"{call.path}.bias" in sites)
-                a_sums[call.path] = a_sums.get(call.path, 0.0) + a
-                g_sums[call.path] = g_sums.get(call.path, 0.0) + output_factor(call.layer, g)
-    return layers, a_sums, g_sums, count
-
-
-class OutputTable:
-    """The likelihood's outputs f as one (N, R) table: a row per data point (the outputs'
-    first axis), R output dimensions per point, and back."""
-
-    def __init__(self, backend, outputs: dict):
-        self.backend = backend
-        self.entries, widths, rows = [], [], set()
-        for site, params in outputs.items():
-            for key, value in params.items():
-                shape = tuple(value.shape)
-                rows.add(shape[0] if shape else None)
-                self.entries.append((site, key, shape))
-                widths.append(int(np.prod(shape[1:])) if shape else 1)
-        if len(rows) != 1 or None in rows:
-            raise ConfigError(
-                "hessian='kron' treats the first axis of the likelihood's outputs as the data "
-                f"points; the outputs have shapes {[e[2] for e in self.entries]}. Use "
-                "hessian='diag' for a model whose outputs are not laid out one row per point."
-            )
-        self.rows, self.width = rows.pop(), int(sum(widths))
-        self.stops = np.cumsum(widths)
-        self.value = self.flatten(outputs)
-
-    def flatten(self, outputs: dict):
-        m = self.backend.math
-        parts = [outputs[s][k].reshape(self.rows, -1) for s, k, _ in self.entries]
-        return m.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
-
-    def unflatten(self, table) -> dict:
-        out: dict = {}
-        for (site, key, shape), stop in zip(self.entries, self.stops, strict=True):
-            width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-            out.setdefault(site, {})[key] = table[:, stop - width : stop].reshape(shape)
-        return out
-
-
-def output_hessians(pots, anchor, batch, table: OutputTable) -> np.ndarray:
-    """Λ_n = ∇²_f −log p(y_n | f_n) for each data point, (N, R, R): one Hessian-vector product
-    per output dimension (the points are independent, so one product serves them all)."""
-    backend = pots.backend
-    m = backend.math
-
-    def loss(table_value):
-        return m.sum(pots.potential(anchor, batch, table.unflatten(table_value)))
-
-    grad = backend.grad(loss)
-    columns = []
-    for r in range(table.width):
-        unit = np.zeros((table.rows, table.width))
-        unit[:, r] = 1.0
-        direction = backend.asarray(unit)
-        hvp = backend.grad(lambda t, v=direction: m.sum(grad(t) * v))(table.value)
-        columns.append(np.asarray(backend.to_numpy(hvp), float))
-    return np.stack(columns, axis=-1)
-
-
-def square_roots(hessians: np.ndarray) -> np.ndarray:
-    """L_n with L_n L_nᵀ = Λ_n (symmetric square roots; round-off negatives clipped)."""
-    values, vectors = np.linalg.eigh(0.5 * (hessians + np.swapaxes(hessians, -1, -2)))
-    return vectors * np.sqrt(np.clip(values, 0.0, None))[:, None, :]
-
-
-def backprop(pots, anchor, batch, table, calls, chosen, roots) -> list[np.ndarray]:
-    """For each chosen layer call, g = (∂f/∂s)ᵀ L[:, :, r] for every column r, (R, *s.shape):
-    the gradient of ⟨f, L_r⟩ with respect to a shift of the layer's pre-activation s."""
-    backend = pots.backend
-    m = backend.math
-    sizes = [int(np.prod(calls[i].out_shape)) for i in chosen]
-    starts = dict(zip(chosen, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
-
-    def paired(shifts, root):
-        def shift(i, shape):
-            if i not in starts:
-                return 0.0
-            return shifts[starts[i] : starts[i] + int(np.prod(shape))].reshape(shape)
-
-        with LayerProbe(shift=shift):
-            outputs = pots.outputs(anchor, batch)
-        return m.sum(table.flatten(outputs) * root)
-
-    zero = backend.asarray(np.zeros(int(sum(sizes))))
-    found = []
-    for r in range(table.width):
-        root = backend.asarray(roots[:, :, r])
-        pair = backend.grad(lambda shifts, v=root: paired(shifts, v))
-        found.append(np.asarray(backend.to_numpy(pair(zero)), float))
-    grads = np.stack(found)
-    out = []
-    for i, size in zip(chosen, sizes, strict=True):
-        out.append(grads[:, starts[i] : starts[i] + size].reshape(table.width, *calls[i].out_shape))
-    return out

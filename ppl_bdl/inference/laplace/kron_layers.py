@@ -1,5 +1,6 @@
 """What ``hessian="kron"`` needs of each layer kind: its Kronecker matrix's flat coordinates,
-its input rows a (the factor A) and its output-gradient rows g (the factor G).
+its input rows a (the factor A); the factor G is summed on the backend
+(:mod:`~ppl_bdl.inference.laplace.layer_ggn`).
 
 - ``nn.Dense`` (x W + b, W (in, out)): W̃ = [W; b] is (in + 1, out), a = [x, 1] per data point
   (every leading axis of x counts as one), g the gradient at s; the block is (A / N) ⊗ G.
@@ -56,15 +57,6 @@ def input_factor(layer, x: np.ndarray, with_bias: bool) -> np.ndarray:
     if with_bias:
         rows = np.hstack([rows, np.ones((len(rows), 1))])
     return rows.T @ rows / positions
-
-
-def output_factor(layer, grads: np.ndarray) -> np.ndarray:
-    """Σ g gᵀ over one call's output gradients ``grads`` (R, *out_shape)."""
-    if isinstance(layer, Dense):
-        rows = grads.reshape(-1, layer.out_features)
-    else:  # (R, N, C, H, W) -> every (r, n, position) a row
-        rows = np.moveaxis(grads, 2, -1).reshape(-1, layer.out_channels)
-    return rows.T @ rows
 
 
 def kronecker_order(layer, input_side: np.ndarray, output_side: np.ndarray):
