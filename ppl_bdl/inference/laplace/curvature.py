@@ -96,6 +96,51 @@ def check_outputs(setup) -> None:
         )
 
 
+def output_free_parameters(setup, position: np.ndarray, index: np.ndarray, batch_size=None):
+    """Observed site -> its parameters other than its outputs (:data:`OUTPUTS`) that change
+    with the coordinates ``index`` at ``position`` (a jvp along a random direction over them, on
+    the first chunk of the data): a noise scale that the network outputs (a heteroscedastic
+    head), which the GGN keeps at its exact curvature and KFAC's factors leave out."""
+    backend = setup.backend
+    tangent = np.zeros(setup.layout.dim)
+    tangent[index] = np.random.default_rng(0).standard_normal(len(index))
+    batch = _chunks(setup, batch_size)[0][0]
+    with backend.scope(), backend.activate():
+        if batch is not None:
+            batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
+        pots = Potentials(setup)
+
+        def others(flat):
+            ev = Evaluator(
+                backend,
+                unconstrained=pots.layout.unflatten(flat, backend),
+                params=setup.params,
+                batch=batch,
+                record=True,
+            )
+            sites = pots._run(ev).sites
+            return {
+                name: {
+                    k: backend.asarray(v)
+                    for k, v in site.spec.params.items()
+                    if k not in OUTPUTS.get(site.spec.name, ())
+                    and not isinstance(v, bool | str | type(None))
+                }
+                for name, site in sites.items()
+                if site.kind == "observed" and site.spec is not None
+            }
+
+        point = backend.asarray(position)
+        if not any(others(point).values()):  # outputs only (a Categorical's logits)
+            return {}
+        _, moved = backend.jvp(others, (point,), (backend.asarray(tangent),))
+        found = {
+            name: sorted(k for k, v in params.items() if np.any(backend.to_numpy(v) != 0))
+            for name, params in moved.items()
+        }
+    return {name: keys for name, keys in found.items() if keys}
+
+
 class Potentials:
     """U, its GGN surrogate G, and the outputs f, as functions of the flat unconstrained vector
     on one chunk of the data (``batch``: plate name -> indices, or None)."""
@@ -223,44 +268,51 @@ def curvature(
         anchor = backend.asarray(position)
         embed = _embed(backend, anchor, index)
         start = backend.asarray(position[index])
+
+        def restricted(part, batch):  # the chunk's indices are an argument: compiled once
+            if kind == "ggn":
+                return pots.linearised(anchor, batch)(embed(part))
+            return backend.math.sum(pots.potential(embed(part), batch))
+
+        compiled = (
+            backend.jit(backend.hessian(restricted))
+            if structure == "full"
+            else _diagonal_products(backend, restricted, start)
+        )
         for batch, weight in _chunks(setup, batch_size):
             if batch is not None:
                 batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
-            full = (
-                pots.linearised(anchor, batch)
-                if kind == "ggn"
-                else (lambda flat, b=batch: backend.math.sum(pots.potential(flat, b)))
-            )
-
-            def restricted(part, fn=full):
-                return fn(embed(part))
-
             part = (
-                backend.jit(backend.hessian(restricted))(start)
+                compiled(start, batch)
                 if structure == "full"
-                else _diagonal(backend, restricted, start, chunk)
+                else _diagonal(backend, compiled, start, batch, chunk)
             )
             part = part if isinstance(part, np.ndarray) else backend.to_numpy(part)
             total = total + weight * np.asarray(part, float)
     return total
 
 
-def _diagonal(backend, fn, point, chunk: int):
-    """diag ∇²fn(point), exactly, from Hessian-vector products with the unit vectors, ``chunk``
-    at a time."""
-    dim = int(point.shape[0])
+def _diagonal_products(backend, fn, point):
+    """``products(vs, batch)``: the Hessian-vector products of ``fn(·, batch)`` at ``point``
+    with the rows of ``vs``, compiled once for every chunk of the data."""
     grad = backend.grad(fn)
 
-    def hvp(v):  # reverse over reverse: ∇_x ⟨∇fn(x), v⟩
-        return backend.grad(lambda x: backend.math.sum(grad(x) * v))(point)
+    def hvp(v, batch):  # reverse over reverse: ∇_x ⟨∇fn(x), v⟩
+        return backend.grad(lambda x: backend.math.sum(grad(x, batch) * v))(point)
 
-    products = backend.jit(backend.vmap(hvp))
+    return backend.jit(backend.vmap(hvp, in_axes=(0, None)))
+
+
+def _diagonal(backend, products, point, batch, chunk: int):
+    """diag ∇²fn(point) on the data chunk ``batch``, exactly, from the Hessian-vector products
+    with the unit vectors (:func:`_diagonal_products`), ``chunk`` at a time."""
+    dim = int(point.shape[0])
     out = np.empty(dim)
     size = max(1, min(chunk, dim))
     for begin in range(0, dim, size):
         rows = np.arange(begin, min(begin + size, dim))
         basis = np.zeros((size, dim))
         basis[np.arange(len(rows)), rows] = 1.0
-        hv = np.asarray(backend.to_numpy(products(backend.asarray(basis))), float)
+        hv = np.asarray(backend.to_numpy(products(backend.asarray(basis), batch)), float)
         out[rows] = hv[np.arange(len(rows)), rows]
     return out
