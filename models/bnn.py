@@ -173,6 +173,7 @@ def make_bnn_regression(
     noise_scale: float = 1.0,
     noise: str | NoiseModel = "halfnormal",
     prior: nn.Prior | None = None,
+    p: float | None = None,
 ) -> bdl.Model:
     """A BNN regression model ``y ~ Normal(mean, sigma)`` with the noise model ``noise``.
 
@@ -181,8 +182,10 @@ def make_bnn_regression(
     the prior N(0, prior_scale²), or ``prior`` (a scale, a distribution or a fan function such as
     ``nn.he_normal()``). ``noise`` is "halfnormal" (``sigma ~ HalfNormal(noise_scale)``, the
     default), "gamma" (``precision ~ Gamma(6, 6)``), "fixed" (``sigma = noise_scale``),
-    "heteroscedastic", or a :class:`NoiseModel`. Bind it as ``model(X, y)`` with ``X`` shaped
-    (n, d).
+    "heteroscedastic", or a :class:`NoiseModel`. ``p`` (None: none) puts an
+    :class:`~ppl_bdl.dsl.nn.Dropout` of rate ``p`` before every Dense layer, the inputs' included,
+    as Gal & Ghahramani (2016) do for MC dropout (the identity under every other method); the
+    weight sites keep their names. Bind it as ``model(X, y)`` with ``X`` shaped (n, d).
 
     Example
     -------
@@ -194,9 +197,11 @@ def make_bnn_regression(
     net_prior = prior_scale if prior is None else prior
 
     def bnn_regression(X, y=None):
-        net = nn.MLP(
-            "net", [X.shape[1], *sizes, noise_model.outputs], activation=activation, prior=net_prior
-        )
+        widths = [X.shape[1], *sizes, noise_model.outputs]
+        if p is None:
+            net = nn.MLP("net", widths, activation=activation, prior=net_prior)
+        else:
+            net = _dropout_mlp(widths, activation, net_prior, p)
         f = net.sample()  # the weights are global: sampled outside the plate
         split = noise_model.sample()
         with bdl.plate("data", X.shape[0]) as idx:
@@ -204,6 +209,16 @@ def make_bnn_regression(
             bdl.sample("y", dist.Normal(mean, sigma), obs=None if y is None else y[idx])
 
     return bdl.model(bnn_regression)
+
+
+def _dropout_mlp(widths: Sequence[int], activation, prior, p: float) -> nn.Sequential:
+    """``nn.MLP("net", widths, ...)`` with an ``nn.Dropout(p)`` before every Dense layer."""
+    layers: list = []
+    for i in range(len(widths) - 1):
+        if i:
+            layers.append(activation)
+        layers += [nn.Dropout(p), nn.Dense(str(i), widths[i], widths[i + 1])]
+    return nn.Sequential("net", layers, prior=prior)
 
 
 def make_uci_bnn_regression(

@@ -76,6 +76,20 @@ PUBLISHED_DEEP_ENSEMBLES = {
     "wine": {"rmse": (0.64, 0.04), "log_likelihood": (-0.94, 0.12)},
     "yacht": {"rmse": (1.58, 0.48), "log_likelihood": (-1.18, 0.21)},
 }
+#: MC dropout, Gal & Ghahramani 2016 (the standard errors of their public experiments'
+#: repository, as PUBLISHED.md in the shared data gives them): test RMSE and test
+#: log-likelihood, each (mean, standard error).
+PUBLISHED_MC_DROPOUT = {
+    "boston": {"rmse": (2.97, 0.19), "log_likelihood": (-2.46, 0.06)},
+    "concrete": {"rmse": (5.23, 0.12), "log_likelihood": (-3.04, 0.02)},
+    "energy": {"rmse": (1.66, 0.04), "log_likelihood": (-1.99, 0.02)},
+    "kin8nm": {"rmse": (0.10, 0.00), "log_likelihood": (0.95, 0.01)},
+    "naval": {"rmse": (0.01, 0.00), "log_likelihood": (3.80, 0.01)},
+    "power": {"rmse": (4.02, 0.04), "log_likelihood": (-2.80, 0.01)},
+    "protein": {"rmse": (4.36, 0.01), "log_likelihood": (-2.89, 0.00)},
+    "wine": {"rmse": (0.62, 0.01), "log_likelihood": (-0.93, 0.01)},
+    "yacht": {"rmse": (1.11, 0.09), "log_likelihood": (-1.55, 0.03)},
+}
 
 
 def uci_dir() -> Path | None:
@@ -176,11 +190,14 @@ def load_split(name: str, split: int, root: Path | None = None) -> UCISplit:
     )
 
 
-def uci_model(num_hidden: int = 50, noise: str = "heteroscedastic", prior=None) -> bdl.Model:
+def uci_model(
+    num_hidden: int = 50, noise: str = "heteroscedastic", prior=None, p: float | None = None
+) -> bdl.Model:
     """The protocol's network on standardised data: one hidden layer of ``num_hidden`` ReLU
     units, N(0, 1) priors on the weights (or ``prior``: a scale, a distribution or a fan
-    function such as ``nn.he_normal()``), and a learned noise scale (``noise``: see
-    :func:`ppl_bdl.models.bnn.make_bnn_regression`). "heteroscedastic" (the default): the
+    function such as ``nn.he_normal()``), a learned noise scale (``noise``: see
+    :func:`ppl_bdl.models.bnn.make_bnn_regression`) and, for MC dropout, Dropout layers of rate
+    ``p`` on the inputs and the hidden units (None: none). "heteroscedastic" (the default): the
     network outputs the mean and the scale, as the deep-ensemble networks do (Lakshminarayanan
     et al. 2017, Sec. 2.2.1); "halfnormal": one σ ~ HalfNormal(1) (weak on the standardised
     target); "gamma": PBP's Gamma(6, 6) precision.
@@ -190,7 +207,9 @@ def uci_model(num_hidden: int = 50, noise: str = "heteroscedastic", prior=None) 
     prior standard deviation of √(50·(d+1)/2 + 1), 13 to 19 standardised units for d = 6 to 13
     inputs, and anchored members stay near such functions
     (docs/benchmarks.md); a fan-in scaled prior (``nn.he_normal()``) does not."""
-    return make_bnn_regression(hidden=(num_hidden,), activation="relu", noise=noise, prior=prior)
+    return make_bnn_regression(
+        hidden=(num_hidden,), activation="relu", noise=noise, prior=prior, p=p
+    )
 
 
 # -- scoring -------------------------------------------------------------------------------------
@@ -209,10 +228,11 @@ class SplitScore:
     final_loss: float = float("nan")
 
 
-def score(post, model: bdl.Model, data: UCISplit) -> tuple[float, float]:
+def score(post, model: bdl.Model, data: UCISplit, pred_type: str = "nn") -> tuple[float, float]:
     """(test RMSE, test log-likelihood) of ``post`` on ``data``'s test split, original units:
-    the predictive is the mixture over the posterior's draws (:meth:`Posterior.evaluate`)."""
-    metrics = post.evaluate(model(data.X_test, data.y_test))
+    the predictive is the mixture over the posterior's draws (:meth:`Posterior.evaluate`;
+    ``pred_type="glm"``: a Laplace fit's linearised predictive)."""
+    metrics = post.evaluate(model(data.X_test, data.y_test), pred_type=pred_type)
     return metrics["rmse"] * data.y_sd, -metrics["nll"] - float(np.log(data.y_sd))
 
 
@@ -344,14 +364,17 @@ def run_uci(
     root: Path | None = None,
     label: str = "",
     progress: bool = False,
+    pred_type: str | None = None,
 ) -> UCIResult:
     """Fit and score set ``name`` on ``splits`` (default: all of the set's splits).
 
     ``options``: ``bdl.fit``'s arguments (method and its settings), or a function of the split
     and the set's :class:`Protocol` returning them; ``model`` (default :func:`uci_model` with the
-    set's hidden units); ``seed``: split k is fitted with seed ``seed + k``. Convergence
+    set's hidden units); ``seed``: split k is fitted with seed ``seed + k``; ``pred_type``: the
+    predictive scored (None: ``options.pred_type`` where it has one, else "nn"). Convergence
     warnings are kept on each posterior, not raised."""
     proto = protocol(name, root)
+    pred_type = pred_type or getattr(options, "pred_type", "nn")
     model = uci_model(proto.num_hidden) if model is None else model
     splits = range(proto.num_splits) if splits is None else splits
     result = UCIResult(name, label or _label(options))
@@ -373,7 +396,7 @@ def run_uci(
         result.scores.append(
             SplitScore(
                 int(k),
-                *score(post, model, data),
+                *score(post, model, data, pred_type),
                 seconds,
                 tuple(post.diagnostics.kinds()),
                 _final_loss(post),

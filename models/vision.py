@@ -72,16 +72,21 @@ def lenet5(
     activation: str | Callable = "relu",
     pool: str = "max",
     prior: nn.Prior | None = None,
+    p: float | None = None,
 ) -> nn.Sequential:
     """LeNet-5 for ``image_size`` x ``image_size`` images (at least 12): sites ``{name}.conv1``,
     ``conv2``, ``fc1``, ``fc2``, ``fc3`` (``.weight``, ``.bias``). ``prior`` defaults to
-    :func:`~ppl_bdl.dsl.nn.he_normal`.
+    :func:`~ppl_bdl.dsl.nn.he_normal`. ``p`` (None: none) puts an :class:`~ppl_bdl.dsl.nn.Dropout`
+    of rate ``p`` before each dense layer, for MC dropout (Gal & Ghahramani 2016); the sites are
+    the same.
 
     Example
     -------
     >>> from ppl_bdl.models import vision
     >>> vision.lenet5().num_weights()
     61706
+    >>> vision.lenet5(p=0.1).sites() == vision.lenet5().sites()   # Dropout has no weights
+    True
     """
     if pool not in ("max", "avg"):
         raise ModelError(f"lenet5: pool must be 'max' or 'avg', got {pool!r}.")
@@ -89,6 +94,10 @@ def lenet5(
     if not isinstance(image_size, int) or after_conv2 < 1:
         raise ModelError(f"lenet5: image_size must be an int >= 12, got {image_size!r}.")
     Pool = nn.MaxPool2d if pool == "max" else nn.AvgPool2d
+
+    def drop() -> list:
+        return [] if p is None else [nn.Dropout(p)]
+
     return nn.Sequential(
         name,
         [
@@ -99,10 +108,13 @@ def lenet5(
             activation,
             Pool(2),
             nn.Flatten(),
+            *drop(),
             nn.Dense("fc1", 16 * after_conv2 * after_conv2, 120),
             activation,
+            *drop(),
             nn.Dense("fc2", 120, 84),
             activation,
+            *drop(),
             nn.Dense("fc3", 84, num_classes),
         ],
         prior=nn.he_normal() if prior is None else prior,

@@ -14,6 +14,7 @@ import ppl_bdl as bdl
 from ppl_bdl import dist, nn
 from ppl_bdl.errors import ConfigError, InferenceError, ModelError
 from ppl_bdl.inference.laplace import method as laplace_method
+from ppl_bdl.inference.laplace.approximation import checked_precision
 from ppl_bdl.inference.laplace.curvature import curvature
 from ppl_bdl.inference.setup import prepare
 from ppl_bdl.posterior.diagnostics import ConvergenceWarning
@@ -172,6 +173,31 @@ def test_ggn_is_jacobian_lambda_jacobian_on_a_network():
     np.testing.assert_allclose(block, expected[np.ix_(index, index)], rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("structure", ["full", "diag"])
+def test_the_curvature_is_compiled_once_for_every_chunk(monkeypatch, structure):
+    """The chunk's indices are an argument of the compiled curvature: 4 chunks of 3 points
+    trace the model once (a compile per chunk made a last-layer Laplace fit on UCI's boston,
+    29 chunks of 16 points, 5x slower), and the sum over the chunks is the whole data's."""
+    from ppl_bdl.inference.laplace.curvature import Potentials
+
+    rng = np.random.default_rng(2)
+    Xc, yc = rng.normal(size=(12, 2)), rng.integers(0, 3, size=12)
+    setup = prepare(classifier(Xc, yc), "numpyro", "float64", 0)
+    theta = rng.normal(size=setup.layout.dim) * 0.5
+    # the diagonal: all but the last coordinate, so the last layer's bias is not whole and its
+    # coordinates take the Hessian-vector products (the first layer, the per-layer pass)
+    index = None if structure == "full" else np.arange(setup.layout.dim - 1)
+    whole = curvature(setup, theta, structure, "ggn", index)
+    traces = []
+    linearised = Potentials.linearised
+    monkeypatch.setattr(
+        Potentials, "linearised", lambda self, *a: traces.append(1) or linearised(self, *a)
+    )
+    chunked = curvature(setup, theta, structure, "ggn", index, batch_size=3)
+    assert len(traces) == 1
+    np.testing.assert_allclose(chunked, whole, rtol=1e-9, atol=1e-9)
+
+
 def test_last_layer_holds_the_other_weights_at_the_map():
     rng = np.random.default_rng(2)
     Xc, yc = rng.normal(size=(30, 2)), rng.integers(0, 3, size=30)
@@ -206,6 +232,14 @@ def test_not_positive_definite_is_reported_and_damped_on_request():
         precision="float64",
     )
     np.testing.assert_allclose(post.guide.precision, [[1.0]])
+
+
+def test_an_indefinite_ggn_names_the_terms_it_keeps_exact():
+    """The GGN is already the curvature the Hessian's message points to: its own message names
+    what can make it indefinite (a scale output of the network) instead."""
+    with pytest.raises(InferenceError, match="noise scale that the network outputs") as info:
+        checked_precision(np.diag([1.0, -1.0]), "full", None, "ggn")
+    assert "use curvature='ggn'" not in str(info.value) and "damping=1.1" in str(info.value)
 
 
 def test_errors_name_what_is_missing(monkeypatch):

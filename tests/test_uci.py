@@ -9,7 +9,7 @@ from scipy import stats
 
 import ppl_bdl as bdl
 from ppl_bdl.errors import DataError
-from ppl_bdl.models import uci, uci_vi
+from ppl_bdl.models import uci, uci_baselines, uci_vi
 
 
 def _fake_set(root, rows: int = 60, seed: int = 0):
@@ -196,3 +196,27 @@ def test_vogn_test_log_likelihood_is_no_worse_than_adams(
     )
     diff, se = uci.paired_difference(results["vogn"], results["adam"])
     assert diff > -2.0 * se, (diff, se, str(results["vogn"]), str(results["adam"]))
+
+
+def test_every_baseline_runs_through_the_harness(tmp_path):
+    """Each post-hoc baseline fits and scores a split (the Laplace fits by the linearised
+    predictive, MC dropout with its Dropout layers, SWAG's rank cut to the epochs it collects)."""
+    _fake_set(tmp_path)
+    proto = uci.protocol("yacht", tmp_path)
+    data = uci.load_split("yacht", 0, tmp_path)
+    for method in uci_baselines.BASELINES:
+        options = uci_baselines.baseline_options(method, epochs=4, num_samples=20)
+        result = uci.run_uci(
+            "yacht",
+            options,
+            splits=[0],
+            backend="numpyro",
+            root=tmp_path,
+            model=options.model(proto),
+        )
+        (score,) = result.scores
+        assert np.isfinite(score.rmse) and np.isfinite(score.log_likelihood), method
+    assert uci_baselines.baseline_options("swag", epochs=4)(data, proto)["rank"] == 4
+    assert uci_baselines.baseline_options("laplace_ll").pred_type == "glm"
+    with pytest.raises(bdl.errors.ConfigError, match="unknown baseline"):
+        uci_baselines.baseline_options("laplace")

@@ -54,6 +54,7 @@ def evaluate(
     site: str | None = None,
     num_bins: int = 15,
     binning: str = "equal_width",
+    pred_type: str = "nn",
 ) -> dict[str, float]:
     """Metric name -> value of ``posterior``'s predictions of ``site`` against ``bound``'s data.
 
@@ -67,6 +68,9 @@ def evaluate(
     num_bins, binning
         The ECE's bins (classification only), see
         :func:`ppl_bdl.posterior.metrics.expected_calibration_error`.
+    pred_type
+        As in :meth:`Posterior.predict`: "nn", or for a Laplace fit "glm" (the model linearised
+        at the MAP).
 
     Returns
     -------
@@ -77,7 +81,9 @@ def evaluate(
     """
     if not isinstance(bound, BoundModel):
         raise ModelError(unbound_message(bound))
-    result = posterior.predict(bound, num_samples=num_samples, seed=seed, site=site)
+    result = posterior.predict(
+        bound, num_samples=num_samples, seed=seed, site=site, pred_type=pred_type
+    )
     if result.site is None or result.kind not in ("classification", "regression"):
         raise DataError(
             f"{bound.name!r} has no site whose predictive distribution can be scored (a "

@@ -210,12 +210,14 @@ class Posterior:
         site: str | None = None,
         num_bins: int = 15,
         binning: str = "equal_width",
+        pred_type: str = "nn",
     ) -> dict[str, float]:
         """Scores of the predictions on held-out data: ``post.evaluate(model(X_test, y_test))``.
 
         A dict of floats: accuracy, nll, brier, ece, predictive_entropy, expected_entropy and
         mutual_information for a classifier; rmse, nll and the variances for regression. See
         :func:`ppl_bdl.posterior.held_out.evaluate` and :mod:`ppl_bdl.posterior.metrics`.
+        ``pred_type``: as in :meth:`predict` ("glm": a Laplace fit's linearised predictive).
         """
         return evaluate(
             self,
@@ -225,6 +227,7 @@ class Posterior:
             site=site,
             num_bins=num_bins,
             binning=binning,
+            pred_type=pred_type,
         )
 
     # -- amortized guides ---------------------------------------------------------------------

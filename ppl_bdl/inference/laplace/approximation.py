@@ -96,9 +96,12 @@ class LaplaceApproximation:
         return glm_predictive(self, bound, backend, sites, num_samples, seed, params)
 
 
-def checked_precision(precision: np.ndarray, structure: str, damping: float | None) -> np.ndarray:
+def checked_precision(
+    precision: np.ndarray, structure: str, damping: float | None, curvature: str = "hessian"
+) -> np.ndarray:
     """``precision`` with ``damping`` added to its diagonal; an InferenceError, saying how many
-    eigenvalues are not positive and the smallest, when it is not positive definite."""
+    eigenvalues are not positive and the smallest, when it is not positive definite, and what
+    to change for the ``curvature`` ("hessian" or "ggn") it came from."""
     precision = np.array(precision, float)
     if damping:
         if structure == "diag":
@@ -114,14 +117,26 @@ def checked_precision(precision: np.ndarray, structure: str, damping: float | No
     if bad.size:
         smallest = float(np.nanmin(values)) if np.isfinite(values).any() else float("nan")
         where = f" after damping={damping:g}" if damping else ""
+        if curvature == "ggn":
+            why = (
+                "The GGN is positive semi-definite in the likelihood's outputs (a Normal's loc); "
+                "every other term keeps its exact curvature, which can be indefinite: a noise "
+                "scale that the network outputs (a heteroscedastic head), a factor, a "
+                "non-Normal prior. Give the noise scale a site of its own (one scale for all "
+                "points), or pass "
+            )
+        else:
+            why = (
+                "The point found is not a minimum of the potential (run more num_steps, a "
+                "smaller lr, or start from a better init), or the Hessian is indefinite there: "
+                "use curvature='ggn' (positive semi-definite in the likelihood's outputs), or "
+                "pass "
+            )
         raise InferenceError(
             f"method='laplace': the precision ({structure}, {len(values)} coordinates) at the "
             f"MAP is not positive definite{where}: {bad.size} eigenvalue(s) <= 0 (or not "
-            f"finite), the smallest {smallest:.4g}. The point found is not a minimum of the "
-            "potential (run more num_steps, a smaller lr, or start from a better init), or the "
-            "Hessian is indefinite there: use curvature='ggn' (positive semi-definite for "
-            f"these likelihoods), or pass damping={_suggest(smallest, damping)} to add that to "
-            "the diagonal."
+            f"finite), the smallest {smallest:.4g}. {why}"
+            f"damping={_suggest(smallest, damping)} to add that to the diagonal."
         )
     return precision
 

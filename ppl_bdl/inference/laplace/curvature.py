@@ -138,44 +138,51 @@ def _autodiff_curvature(setup, position, structure, kind, index, batch_size, chu
         anchor = backend.asarray(position)
         embed = _embed(backend, anchor, index)
         start = backend.asarray(position[index])
+
+        def restricted(part, batch):  # the chunk's indices are an argument: compiled once
+            if kind == "ggn":
+                return pots.linearised(anchor, batch)(embed(part))
+            return backend.math.sum(pots.potential(embed(part), batch))
+
+        compiled = (
+            backend.jit(backend.hessian(restricted))
+            if structure == "full"
+            else _diagonal_products(backend, restricted, start)
+        )
         for batch, weight in data_chunks(setup, batch_size):
             if batch is not None:
                 batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
-            full = (
-                pots.linearised(anchor, batch)
-                if kind == "ggn"
-                else (lambda flat, b=batch: backend.math.sum(pots.potential(flat, b)))
-            )
-
-            def restricted(part, fn=full):
-                return fn(embed(part))
-
             part = (
-                backend.jit(backend.hessian(restricted))(start)
+                compiled(start, batch)
                 if structure == "full"
-                else _diagonal(backend, restricted, start, chunk)
+                else _diagonal(backend, compiled, start, batch, chunk)
             )
             part = part if isinstance(part, np.ndarray) else backend.to_numpy(part)
             total = total + weight * np.asarray(part, float)
     return total
 
 
-def _diagonal(backend, fn, point, chunk: int):
-    """diag ∇²fn(point), exactly, from Hessian-vector products with the unit vectors, ``chunk``
-    at a time."""
-    dim = int(point.shape[0])
+def _diagonal_products(backend, fn, point):
+    """``products(vs, batch)``: the Hessian-vector products of ``fn(·, batch)`` at ``point``
+    with the rows of ``vs``, compiled once for every chunk of the data."""
     grad = backend.grad(fn)
 
-    def hvp(v):  # reverse over reverse: ∇_x ⟨∇fn(x), v⟩
-        return backend.grad(lambda x: backend.math.sum(grad(x) * v))(point)
+    def hvp(v, batch):  # reverse over reverse: ∇_x ⟨∇fn(x), v⟩
+        return backend.grad(lambda x: backend.math.sum(grad(x, batch) * v))(point)
 
-    products = backend.jit(backend.vmap(hvp))
+    return backend.jit(backend.vmap(hvp, in_axes=(0, None)))
+
+
+def _diagonal(backend, products, point, batch, chunk: int):
+    """diag ∇²fn(point) on the data chunk ``batch``, exactly, from the Hessian-vector products
+    with the unit vectors (:func:`_diagonal_products`), ``chunk`` at a time."""
+    dim = int(point.shape[0])
     out = np.empty(dim)
     size = max(1, min(chunk, dim))
     for begin in range(0, dim, size):
         rows = np.arange(begin, min(begin + size, dim))
         basis = np.zeros((size, dim))
         basis[np.arange(len(rows)), rows] = 1.0
-        hv = np.asarray(backend.to_numpy(products(backend.asarray(basis))), float)
+        hv = np.asarray(backend.to_numpy(products(backend.asarray(basis), batch)), float)
         out[rows] = hv[np.arange(len(rows)), rows]
     return out

@@ -58,7 +58,7 @@ from ppl_bdl.inference.laplace.curvature import curvature
 from ppl_bdl.inference.laplace.kron_layers import kronecker_order
 from ppl_bdl.inference.laplace.layer_ggn import layer_coordinates, layer_pieces
 from ppl_bdl.inference.laplace.marglik import normal_prior
-from ppl_bdl.inference.laplace.potentials import check_outputs
+from ppl_bdl.inference.laplace.potentials import check_outputs, output_free_parameters
 
 #: The most coordinates outside the nn layers that keep a full block (beyond: its diagonal).
 REST_FULL_LIMIT = 512
@@ -205,6 +205,7 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
                 "prior precision is 0). Give its weights a Normal prior or pass damping=..."
             )
     covered = np.concatenate([b.coords.ravel() for b in blocks]) if blocks else np.zeros(0, int)
+    check_layers_reach_outputs_only(setup, mode, covered, batch_size)
     outside = np.ones(setup.layout.dim, bool)
     outside[covered] = False
     rest_index = index[outside[index]]
@@ -212,7 +213,7 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
     rest = np.zeros(0)
     if len(rest_index):
         matrix = curvature(setup, mode, structure, "ggn", rest_index, batch_size)
-        rest = checked_precision(matrix, structure, damping)
+        rest = checked_precision(matrix, structure, damping, "ggn")
     return KronLaplaceApproximation(
         mode,
         index,
@@ -226,6 +227,27 @@ def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, 
         rest_index=rest_index,
         rest_structure=structure,
     )
+
+
+def check_layers_reach_outputs_only(setup, mode, covered: np.ndarray, batch_size) -> None:
+    """A ConfigError when a likelihood parameter other than its outputs (a Normal's scale)
+    depends on the layers' weights ``covered``: KFAC's factors see the likelihood's curvature
+    in its outputs only, so those weights would keep their prior's precision in the directions
+    that move the parameter (a heteroscedastic head's scale output)."""
+    if not len(covered):
+        return
+    found = output_free_parameters(setup, mode, covered, batch_size)
+    if found:
+        raise ConfigError(
+            f"method='laplace' with hessian='kron': the parameter(s) {found} of the likelihood "
+            "depend on the nn layers' weights (a network that outputs its noise scale, a "
+            "heteroscedastic head). KFAC builds each layer's factors from the curvature of the "
+            "likelihood in its outputs only (a Normal's loc), so the weights that move "
+            f"{found} would keep their prior's precision and the predictive would draw them from "
+            "the prior. Use hessian='full' or 'diag' (which keep that curvature exactly; add "
+            "damping=... if it is indefinite there), or give the noise scale a site of its own "
+            "(one scale for all points)."
+        )
 
 
 def layer_prior_precision(setup, path: str, coords: np.ndarray) -> float:

@@ -24,7 +24,10 @@ is positive semi-definite for the supported likelihoods wherever θ* lands, so a
 optimizer left short of a stationary point (a network's, always) still gives a valid Gaussian,
 and it is the curvature of the linearised model that the ``"glm"`` predictive uses (Immer et
 al. 2021, Sec. 3); the exact Hessian (``"hessian"``) can be indefinite there. For a model whose
-outputs are linear in θ (a linear-Gaussian regression) the two are equal.
+outputs are linear in θ (a linear-Gaussian regression) the two are equal. Only the outputs
+are linearised: a likelihood's other parameter that the network also outputs (the scale of a
+heteroscedastic head) keeps its exact curvature, which can be indefinite, and ``"kron"``
+refuses such a model (its factors would leave the weights that move the scale at their prior).
 
 Example
 -------
@@ -151,7 +154,7 @@ class Laplace(MAPTraining):
             matrix, settings["prior_precision_scale"] = rescale_prior(
                 setup, mode, matrix, self.hessian, index
             )
-        precision = checked_precision(matrix, self.hessian, self.damping)
+        precision = checked_precision(matrix, self.hessian, self.damping, self.curvature)
         approx = LaplaceApproximation(
             mode, index, precision, self.hessian, sites, settings, seed, self.num_samples
         )

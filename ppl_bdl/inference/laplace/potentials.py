@@ -155,3 +155,48 @@ def data_chunks(setup, batch_size: int | None):
         )
         for start in range(0, size, batch_size)
     ]
+
+
+def output_free_parameters(setup, position: np.ndarray, index: np.ndarray, batch_size=None):
+    """Observed site -> its parameters other than its outputs (:data:`OUTPUTS`) that change
+    with the coordinates ``index`` at ``position`` (a jvp along a random direction over them, on
+    the first chunk of the data): a noise scale that the network outputs (a heteroscedastic
+    head), which the GGN keeps at its exact curvature and KFAC's factors leave out."""
+    backend = setup.backend
+    tangent = np.zeros(setup.layout.dim)
+    tangent[index] = np.random.default_rng(0).standard_normal(len(index))
+    batch = data_chunks(setup, batch_size)[0][0]
+    with backend.scope(), backend.activate():
+        if batch is not None:
+            batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
+        pots = Potentials(setup)
+
+        def others(flat):
+            ev = Evaluator(
+                backend,
+                unconstrained=pots.layout.unflatten(flat, backend),
+                params=setup.params,
+                batch=batch,
+                record=True,
+            )
+            sites = pots._run(ev).sites
+            return {
+                name: {
+                    k: backend.asarray(v)
+                    for k, v in site.spec.params.items()
+                    if k not in OUTPUTS.get(site.spec.name, ())
+                    and not isinstance(v, bool | str | type(None))
+                }
+                for name, site in sites.items()
+                if site.kind == "observed" and site.spec is not None
+            }
+
+        point = backend.asarray(position)
+        if not any(others(point).values()):  # outputs only (a Categorical's logits)
+            return {}
+        _, moved = backend.jvp(others, (point,), (backend.asarray(tangent),))
+        found = {
+            name: sorted(k for k, v in params.items() if np.any(backend.to_numpy(v) != 0))
+            for name, params in moved.items()
+        }
+    return {name: keys for name, keys in found.items() if keys}
