@@ -142,6 +142,27 @@ def test_glm_predictive_equals_nn_for_a_linear_model(linear_fit):
         linear_fit.predict(linear(X[:6]), pred_type="lin")
 
 
+@bdl.model
+def any_width(X, y=None):
+    w = bdl.sample("w", dist.Normal(0.0, PRIOR), shape=(X.shape[1],))
+    with bdl.plate("data", X.shape[0]) as idx:
+        obs = None if y is None else y[idx]
+        bdl.sample("y", dist.Normal(bdl.math.matmul(X[idx], w), NOISE), obs=obs)
+
+
+def test_glm_predictive_of_one_model_at_two_widths():
+    """The compiled linearised predictive is kept per model, keyed by the latents' and the
+    data's shapes: a second fit of the same model on wider inputs does not reuse the first's."""
+    means = []
+    for width in (2, 3):
+        post = _fit(any_width(X[:, :width], Y), precision="float64", num_steps=1500, lr=0.05)
+        glm = post.predict(any_width(X[:4, :width]), pred_type="glm")
+        w = post.samples["w"].reshape(-1, width)
+        np.testing.assert_allclose(glm.mean, (X[:4, :width] @ w.T).mean(axis=1), rtol=1e-8)
+        means.append(glm.mean)
+    assert not np.allclose(means[0], means[1])
+
+
 def test_ggn_is_jacobian_lambda_jacobian_on_a_network():
     """GGN = Σ_n J_nᵀ (diag p_n − p_n p_nᵀ) J_n + the prior's precision, J_n = ∂ logits_n / ∂θ,
     computed here with an explicit Jacobian (Immer et al. 2021, Eq. 4)."""
