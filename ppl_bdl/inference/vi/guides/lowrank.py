@@ -2,9 +2,11 @@
 of "Bayesian Computation in Deep Learning"), parameterised as L = D^½ F so that the factor F is relative to the
 diagonal scale: Σ = D^½ (I + F Fᵀ) D^½.
 
-With ``blocks="site"`` every latent site (a BNN layer) gets its own block N(μ_s, L_s L_sᵀ + D_s),
-with L_s of rank min(rank, d_s): memory O(d·r). With ``blocks="joint"`` one block covers every
-latent. Draws are θ = μ + L ε₁ + D^½ ε₂, and log q uses the Woodbury identity and the matrix
+With ``blocks="joint"`` (the default, as NumPyro's ``AutoLowRankMultivariateNormal``) one block
+covers every latent, so the factors hold correlations between sites (a BNN's layers, its noise
+scale); memory O(d·r). With ``blocks="site"`` every latent site gets its own block
+N(μ_s, L_s L_sᵀ + D_s), with L_s of rank min(rank, d_s) (on the demo's BNN its loss ended 11 nats
+above the joint block's and its noise sigma 0.206 against 0.164; true 0.15). Draws are θ = μ + L ε₁ + D^½ ε₂, and log q uses the Woodbury identity and the matrix
 determinant lemma through the r×r capacitance C = I + Lᵀ D⁻¹ L, so sampling and log-density cost
 O(d·r²) and no d×d matrix is ever formed.
 
@@ -17,7 +19,7 @@ Example
 ...     bdl.sample("z", dist.Normal(0.0, 1.0), shape=(3,))
 >>> post = bdl.fit(m(), backend="numpyro", method="vi", guide="lowrank", rank=2, num_steps=200,
 ...                lr=0.05, num_samples=20, progress=False)
->>> post.guide.raw_params["factor_z"].shape
+>>> post.guide.raw_params["factor_joint"].shape
 (3, 2)
 """
 
@@ -50,7 +52,7 @@ class LowRankGuide(Guide):
         init: GuideInit,
         seed: int = 0,
         rank: int | None = None,
-        blocks: str = "site",
+        blocks: str = "joint",
         init_scale: float = 0.01,
     ):
         super().__init__(layout, backend, init, seed)
@@ -162,10 +164,10 @@ def lowrank(
     init: GuideInit,
     seed: int = 0,
     rank: int | None = None,
-    blocks: str = "site",
+    blocks: str = "joint",
     init_scale: float = 0.01,
 ):
-    """Factory of :class:`LowRankGuide` (``fit(..., guide="lowrank", rank=10, blocks="site")``).
+    """Factory of :class:`LowRankGuide` (``fit(..., guide="lowrank", rank=10, blocks="joint")``).
 
     ``rank`` defaults to min(10, d); an explicit rank must lie in [1, d]."""
     return LowRankGuide(
