@@ -229,6 +229,14 @@ def test_user_registered_kernel_runs_through_fit(backend):
     assert "thermostat" in post.sample_stats
 
 
+def test_a_kernels_pilot_margin_is_checked_and_kept():
+    assert bdl.kernels.get("psgld").pilot_margin == 0.01  # its preconditioner hides a big step
+    assert bdl.kernels.get("sgnht").pilot_margin == 0.1
+    for bad in (0, 1.5, True, "0.1"):
+        with pytest.raises(bdl.ConfigError, match="pilot_margin must be a number in"):
+            bdl.kernels.register("bad_margin", pilot_margin=bad)
+
+
 # -- a multimodal target --------------------------------------------------------------------------
 CENTERS = np.array([[i, j] for i in (-6.0, 0.0, 6.0) for j in (-6.0, 0.0, 6.0)])
 

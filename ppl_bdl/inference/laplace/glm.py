@@ -22,7 +22,6 @@ from ppl_bdl.inference.laplace.potentials import OUTPUTS, OutputEvaluator
 from ppl_bdl.posterior.predictive_runner import MAX_DRAWS_PER_CALL
 from ppl_bdl.posterior.predictive_runner import _draws_and_moments as draws_and_moments
 from ppl_bdl.trace.layout import LatentLayout
-from ppl_bdl.trace.programs import shapes_key
 
 
 def glm_predictive(approx, bound, backend, sites, num_samples, seed, params) -> tuple[dict, dict]:
@@ -40,8 +39,9 @@ def glm_predictive(approx, bound, backend, sites, num_samples, seed, params) -> 
     flat = approx.fit_draws() if num_samples is None else approx.sample(num_samples, seed + 1)
     data, template = bound.data_arrays(backend)
     key = ("laplace-glm", backend.name, backend.precision, backend.device, repr(template))
-    key += (tuple((slot.name, slot.shape) for slot in layout.slots), tuple(sorted(params)))
-    key += (shapes_key(data), tuple((k, np.shape(v)) for k, v in sorted(params.items())))
+    # the layout's slots (their shapes): the compiled run keeps the layout; the data and params
+    # are its arguments (a new shape of those is traced again)
+    key += (tuple(layout.slots), tuple(sorted(params)))
     cache = bound.model.compiled
     if key not in cache:
         cache[key] = _linearised_run(bound, backend, layout, template)

@@ -106,12 +106,15 @@ class Potentials:
         ev = self._evaluator(flat, batch, outputs, likelihood_only)
         return -self._run(ev).log_joint
 
-    def outputs(self, flat, batch=None) -> dict:
-        """f(θ): each observed site's outputs (:data:`OUTPUTS`) as the model computes them
+    def likelihood(self, flat, batch=None) -> dict:
+        """Each observed site's distribution at θ, its parameters as the model computes them
         (the latent sites' densities not computed: an eager backend would pay for them)."""
-        specs = self._run(self._evaluator(flat, batch, None, True)).observed_specs
+        return self._run(self._evaluator(flat, batch, None, True)).observed_specs
+
+    def outputs(self, flat, batch=None) -> dict:
+        """f(θ): each observed site's outputs (:data:`OUTPUTS`) as the model computes them."""
         out = {}
-        for name, spec in specs.items():
+        for name, spec in self.likelihood(flat, batch).items():
             if spec.name in OUTPUTS:
                 keys = [k for k in OUTPUTS[spec.name] if k in spec.params]
                 out[name] = {k: self.backend.asarray(spec.params[k]) for k in keys}
@@ -172,23 +175,14 @@ def output_free_parameters(setup, position: np.ndarray, index: np.ndarray, batch
         pots = Potentials(setup)
 
         def others(flat):
-            ev = Evaluator(
-                backend,
-                unconstrained=pots.layout.unflatten(flat, backend),
-                params=setup.params,
-                batch=batch,
-                record=True,
-            )
-            sites = pots._run(ev).sites
             return {
                 name: {
                     k: backend.asarray(v)
-                    for k, v in site.spec.params.items()
-                    if k not in OUTPUTS.get(site.spec.name, ())
+                    for k, v in spec.params.items()
+                    if k not in OUTPUTS.get(spec.name, ())
                     and not isinstance(v, bool | str | type(None))
                 }
-                for name, site in sites.items()
-                if site.kind == "observed" and site.spec is not None
+                for name, spec in pots.likelihood(flat, batch).items()
             }
 
         point = backend.asarray(position)

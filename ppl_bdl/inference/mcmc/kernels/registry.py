@@ -90,9 +90,8 @@ def register(
         raise ConfigError(f"kernel kind must be 'native' or 'sgmcmc', got {kind!r}.")
     if not isinstance(blocks, bool):
         raise ConfigError(f"blocks must be True or False, got {blocks!r}.")
-    if isinstance(pilot_margin, bool) or not isinstance(pilot_margin, int | float):
-        raise ConfigError(f"pilot_margin must be a number in (0, 1], got {pilot_margin!r}.")
-    if not 0 < pilot_margin <= 1:
+    number = isinstance(pilot_margin, int | float) and not isinstance(pilot_margin, bool)
+    if not (number and 0 < pilot_margin <= 1):
         raise ConfigError(f"pilot_margin must be a number in (0, 1], got {pilot_margin!r}.")
 
     def decorator(factory):
