@@ -110,14 +110,9 @@ class BaselineOptions:
         if self.method == "mc_dropout":
             return dict(method="mc_dropout", lr=self.lr, num_samples=self.num_samples, **common)
         if self.method in LAPLACE:
-            return (
-                dict(
-                    method="laplace",
-                    lr=self.lr,
-                    num_samples=self.num_samples,
-                    **LAPLACE[self.method],
-                )
-                | common
+            laplace = LAPLACE[self.method]
+            return dict(
+                method="laplace", lr=self.lr, num_samples=self.num_samples, **laplace, **common
             )
         return dict(
             method="swag",
