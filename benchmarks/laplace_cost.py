@@ -3,7 +3,7 @@ classifier (Normal(0, 1) priors, a Categorical likelihood) and synthetic MNIST-s
 N images of 784 floats in [0, 1], labelled by a fixed random network (no download).
 
     PYTHONPATH=$PWD python benchmarks/laplace_cost.py [--backend numpyro|pyro]
-        [--sizes 2000,10000] [--batch-size 128] [--epochs 5] [--repeats 2]
+        [--sizes 2000,10000] [--batch-size 128] [--epochs 5] [--repeats 2] [--ggn-samples 1]
 
 For each N, in one process:
 
@@ -16,6 +16,8 @@ For each N, in one process:
   and its check), and ``"kron"``: its Kronecker factors alone ("kron factors") and the whole
   step ("kron": the factors, their eigendecompositions (785 x 785 and 401 x 401: a cost that
   does not grow with N), the other sites);
+  with ``--ggn-samples K`` each again with G (and the diagonal) estimated from K draws per
+  image (``bdl.Laplace(ggn_samples=K)``) instead of one backward pass per class;
   "cold" is the first call (tracing and compiling included), "warm" a later one (the compiled
   pass is kept in the model's program cache, as it is for a refit).
 
@@ -121,18 +123,22 @@ def epoch_time(setup, num: int, batch: int, epochs: int) -> tuple[float, np.ndar
     return float(np.median(np.diff(clocks[0].ends)[1:])), mode
 
 
-def curvature_times(setup, mode, batch: int, step: str, repeats: int) -> tuple[float, float]:
+def curvature_times(
+    setup, mode, batch: int, step: str, repeats: int, samples: int | None = None
+) -> tuple[float, float]:
     """The seconds of a curvature ``step``: the first call (cold) and the best later one (warm).
     "diag": the diagonal and its check; "kron factors": the layers' A and G alone; "kron": the
-    whole of ``hessian="kron"`` (the factors, their eigendecompositions, the other sites)."""
+    whole of ``hessian="kron"`` (the factors, their eigendecompositions, the other sites).
+    ``samples``: the GGN estimated from that many draws per point (``ggn_samples``)."""
     index, sites = gaussian_coordinates(setup, "all", step.split()[0])
 
     def run():
         if step == "kron":
-            return fit_kron(setup, mode, index, sites, batch, None, 0, 1, {})
+            return fit_kron(setup, mode, index, sites, batch, None, 0, 1, {}, samples)
         if step == "kron factors":
-            return layer_pieces(setup, mode, set(sites), batch, "kron")
-        return checked_precision(curvature(setup, mode, "diag", "ggn", index, batch), "diag", None)
+            return layer_pieces(setup, mode, set(sites), batch, "kron", samples)
+        diagonal = curvature(setup, mode, "diag", "ggn", index, batch, estimate=(samples, 0))
+        return checked_precision(diagonal, "diag", None)
 
     cold, _ = best(run, 1)
     warm, _ = best(run, repeats)
@@ -146,11 +152,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=5, help="MAP epochs (the first compiles)")
+    parser.add_argument(
+        "--ggn-samples", type=int, default=1, help="also time ggn_samples=K (0: exact only)"
+    )
     args = parser.parse_args()
     model = classifier()
     print(f"{args.backend}: {'-'.join(map(str, SIZES))} classifier, batch {args.batch_size}")
     print(
-        f"{'N':>6} {'epoch s':>8} {'step':>12} {'cold s':>8} {'warm s':>8} {'cold x':>7} "
+        f"{'N':>6} {'epoch s':>8} {'step':>16} {'cold s':>8} {'warm s':>8} {'cold x':>7} "
         f"{'warm x':>7}"
     )
     for num in (int(s) for s in args.sizes.split(",")):
@@ -158,12 +167,14 @@ def main() -> None:
         setup = prepare(model(X, y), args.backend, "float32", seed=0)
         epoch, mode = epoch_time(setup, num, args.batch_size, args.epochs)
         rows = []
-        for step in ("diag", "kron", "kron factors"):
-            rows.append((step, *curvature_times(setup, mode, args.batch_size, step, args.repeats)))
+        for samples in [None] + ([args.ggn_samples] if args.ggn_samples else []):
+            for step in ("diag", "kron", "kron factors"):
+                times = curvature_times(setup, mode, args.batch_size, step, args.repeats, samples)
+                rows.append((step + ("" if samples is None else f" ({samples})"), *times))
         epoch = min(epoch, epoch_time(setup, num, args.batch_size, args.epochs)[0])
         for step, cold, warm in rows:
             print(
-                f"{num:>6} {epoch:>8.2f} {step:>12} {cold:>8.2f} {warm:>8.2f} "
+                f"{num:>6} {epoch:>8.2f} {step:>16} {cold:>8.2f} {warm:>8.2f} "
                 f"{cold / epoch:>7.1f} {warm / epoch:>7.1f}",
                 flush=True,
             )

@@ -118,6 +118,7 @@ def make_math() -> SimpleNamespace:
     m.lgamma = jax.scipy.special.gammaln
     m.digamma = jax.scipy.special.digamma
     m.cholesky = jnp.linalg.cholesky
+    m.eigh = jnp.linalg.eigh
     m.norm = jnp.linalg.norm
     m.triangular_solve = lambda a, b, lower=True: jax.scipy.linalg.solve_triangular(
         a, b, lower=lower

@@ -197,10 +197,13 @@ def make_math() -> SimpleNamespace:
     m.eye = _constant(torch.eye)
     m.diag = lambda x: torch.diag(_t(x))
     m.tril = lambda x, k=0: torch.tril(_t(x), k)
-    m.cholesky = torch.linalg.cholesky
-    m.norm = lambda x, axis=None: torch.linalg.vector_norm(_t(x), dim=axis)
-    m.triangular_solve = lambda a, b, lower=True: torch.linalg.solve_triangular(
-        a, b, upper=not lower
+    vars(m).update(  # linear algebra
+        cholesky=torch.linalg.cholesky,
+        eigh=lambda x: tuple(torch.linalg.eigh(_t(x))),
+        norm=lambda x, axis=None: torch.linalg.vector_norm(_t(x), dim=axis),
+        triangular_solve=lambda a, b, lower=True: torch.linalg.solve_triangular(
+            a, b, upper=not lower
+        ),
     )
     m.asarray = _constant(_t)
     m.stop_gradient = lambda x: _t(x).detach()

@@ -70,6 +70,7 @@ NAMES = (
     "diag",
     "tril",
     "cholesky",
+    "eigh",
     "triangular_solve",
     "erf",
     "lgamma",
@@ -165,6 +166,7 @@ eye = _dispatch("eye")
 diag = _dispatch("diag")
 tril = _dispatch("tril")
 cholesky = _dispatch("cholesky")
+eigh = _dispatch("eigh", "The eigenvalues (ascending) and eigenvectors of a symmetric matrix.")
 triangular_solve = _dispatch("triangular_solve")
 norm = _dispatch("norm")
 erf = _dispatch("erf")

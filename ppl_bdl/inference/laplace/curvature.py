@@ -92,29 +92,34 @@ def curvature(
     index: np.ndarray | None = None,
     batch_size: int | None = None,
     chunk: int = 32,
+    estimate: tuple[int | None, int] = (None, 0),
 ) -> np.ndarray:
     """The curvature of U at ``position`` (flat, NumPy) over the coordinates ``index`` (all by
     default): the (k, k) matrix for ``structure="full"``, its diagonal (k,) for ``"diag"``;
-    ``kind`` "hessian" or "ggn" (see the module docstring). NumPy float64."""
+    ``kind`` "hessian" or "ggn" (see the module docstring). NumPy float64. ``estimate`` is
+    (samples, seed): the diagonal GGN's nn.Dense blocks from that many draws per point (None:
+    exact; :mod:`~ppl_bdl.inference.laplace.layer_ggn`)."""
     index = np.arange(setup.layout.dim) if index is None else np.asarray(index, int)
     if kind == "ggn":
         check_outputs(setup)
     if structure == "diag" and kind == "ggn":
-        return _layered_diagonal(setup, position, index, batch_size, chunk)
+        return _layered_diagonal(setup, position, index, batch_size, (chunk, *estimate))
     return _autodiff_curvature(setup, position, structure, kind, index, batch_size, chunk)
 
 
-def _layered_diagonal(setup, position, index, batch_size, chunk) -> np.ndarray:
+def _layered_diagonal(setup, position, index, batch_size, how) -> np.ndarray:
     """The GGN's diagonal over ``index``: the nn.Dense layers' weights from their per-layer
     pieces (:func:`~ppl_bdl.inference.laplace.layer_ggn.layer_pieces`) plus their Normal prior's
-    precision; every other coordinate from Hessian-vector products."""
+    precision; every other coordinate from Hessian-vector products. ``how``: (the products'
+    chunk, the pieces' samples, their seed)."""
+    chunk, samples, seed = how
     layout = setup.layout
     at = np.full(layout.dim, -1)
     at[index] = np.arange(len(index))
     whole = {s.name for s in layout.slots if np.all(at[s.offset : s.offset + s.size] >= 0)}
     out = np.full(len(index), np.nan)
     if any(name.endswith(".weight") for name in whole):
-        found = layer_pieces(setup, position, whole, batch_size, "diag")
+        found = layer_pieces(setup, position, whole, batch_size, "diag", samples, seed)
         for path in found.diagonal:
             coords = layer_coordinates(setup, path, found.layers[path], whole).ravel()
             prior, _ = normal_prior(setup, coords)

@@ -187,11 +187,14 @@ class KronLaplaceApproximation(LaplaceApproximation):
         return draws
 
 
-def fit_kron(setup, mode, index, sites, batch_size, damping, seed, num_samples, settings):
+def fit_kron(
+    setup, mode, index, sites, batch_size, damping, seed, num_samples, settings, ggn_samples=None
+):
     """The :class:`KronLaplaceApproximation` at ``mode`` over the coordinates ``index`` (the
-    latent ``sites``)."""
+    latent ``sites``); ``ggn_samples`` (None: exact) estimates the factors G by that many
+    draws per point (:mod:`~ppl_bdl.inference.laplace.layer_ggn`)."""
     check_outputs(setup)
-    found = layer_pieces(setup, mode, set(sites), batch_size, "kron")
+    found = layer_pieces(setup, mode, set(sites), batch_size, "kron", ggn_samples, seed)
     blocks = []
     for path, layer in found.layers.items():
         coords = layer_coordinates(setup, path, layer, set(sites))

@@ -18,6 +18,11 @@ Eq. 4). One pass over a chunk computes
   where each data point passes through the layer once, as one row (a Dense layer called once on
   an (N, in) input), since J_n's entry at (i, j) is a_ni (M_n)_·j.
 
+With ``samples=S`` the R rows give way to S Monte Carlo rows per point: m̃_k = M_nᵀ L_n ε_k with
+L_n L_nᵀ = Λ_n and ε_k ~ N(0, I_R), so that E[m̃ m̃ᵀ] = M_nᵀ Λ_n M_n and G ≈ (1/S) Σ_k m̃_kᵀ m̃_k:
+one backward pass per draw instead of one per output dimension (K-FAC's sampled Fisher, Martens
+& Grosse 2015; laplace-torch's ``stochastic=True``). It costs less wherever R > S (10 classes).
+
 As KFAC does, it takes a layer's weights to reach the likelihood only through its output.
 The pass is compiled (``backend.jit``) once per chunk size and kept in the model's program
 cache; the data and the model's params are its arguments, so a second fit compiles nothing.
@@ -64,26 +69,30 @@ class LayerPieces:
     diagonal: set = field(default_factory=set)
 
 
-def layer_pieces(setup, mode, sites: set, batch_size, structure: str) -> LayerPieces:
+def layer_pieces(
+    setup, mode, sites: set, batch_size, structure: str, samples: int | None = None, seed: int = 0
+) -> LayerPieces:
     """The pieces of each layer whose weight is among the Gaussian ``sites`` at ``mode`` (flat,
     NumPy), summed over the data in chunks of ``batch_size``: A, G for ``structure="kron"`` (an
     unsupported layer is refused), D for ``"diag"`` (only the Dense layers whose diagonal it
     gives exactly; an empty result where the outputs are not one row per data point). G and D
     carry the chunk's weight B_k / N; A is a plain sum. The sums stay on the backend's device
-    until the last chunk (Conv2d's A is summed on the host, from its inputs' patches)."""
+    until the last chunk (Conv2d's A is summed on the host, from its inputs' patches).
+    ``samples`` (None: exact) estimates G and D from that many draws per point, from ``seed``."""
     backend = setup.backend
     sums: dict = {}
     host: dict = {}
     rows = 0.0
     with backend.scope(), backend.activate():
-        run, info = _compiled_pass(setup, sites, structure)
+        run, info = _compiled_pass(setup, sites, structure, samples)
         data, _ = setup.bound.data_arrays(backend)
         params = {k: backend.asarray(v) for k, v in setup.params.items()}
         anchor = backend.asarray(mode)
-        for batch, weight in data_chunks(setup, batch_size):
+        key = backend.random.key(seed)
+        for i, (batch, weight) in enumerate(data_chunks(setup, batch_size)):
             if batch is not None:
                 batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
-            pieces, count = run(anchor, batch, data, params)
+            pieces, count = run(anchor, batch, data, params, backend.random.fold_in(key, i))
             if info.get("skipped"):
                 return LayerPieces()
             rows = rows + count
@@ -116,30 +125,32 @@ def _add(sums: dict, host: dict, piece: dict, weight: float, context) -> None:
         sums[key] = sums[key] + value if key in sums else value
 
 
-def _compiled_pass(setup, sites: set, structure: str):
-    """The compiled pass ``run(anchor, batch, data, params) -> (pieces, rows)`` and the dict
-    its tracing fills in (the layers, the exact-diagonal ones), from the model's cache."""
+def _compiled_pass(setup, sites: set, structure: str, samples: int | None):
+    """The compiled pass ``run(anchor, batch, data, params, key) -> (pieces, rows)`` and the
+    dict its tracing fills in (the layers, the exact-diagonal ones), from the model's cache."""
     backend, bound = setup.backend, setup.bound
     _, template = bound.data_arrays(backend)
     key = ("laplace-layers", backend.name, backend.precision, str(backend.device))
     slots = tuple((slot.name, tuple(slot.shape)) for slot in setup.layout.slots)
-    key += (repr(template), slots, tuple(sorted(sites)), structure)
+    key += (repr(template), slots, tuple(sorted(sites)), structure, samples)
     key += (tuple(sorted(setup.params)),)
     cache = bound.model.compiled
     if key not in cache:
         info: dict = {}
 
-        def run(anchor, batch, data, params):
-            return _one_chunk(setup, sites, structure, info, (anchor, batch, data, params))
+        def run(anchor, batch, data, params, noise_key):
+            args = (anchor, batch, data, params)
+            return _one_chunk(setup, sites, (structure, samples, noise_key), info, args)
 
         cache[key] = (backend.jit(run), info)
     return cache[key]
 
 
-def _one_chunk(setup, sites, structure, info, args):
+def _one_chunk(setup, sites, how, info, args):
     """One chunk's pieces (path -> one dict per call of the layer; see :func:`layer_pieces`),
-    traced once per chunk size."""
+    traced once per chunk size; ``how`` is (structure, samples, the chunk's noise key)."""
     backend = setup.backend
+    structure, samples, noise_key = how
     anchor, batch, data, params = args
     pots = Potentials(setup, data, params)
     with LayerProbe() as probe:
@@ -155,12 +166,20 @@ def _one_chunk(setup, sites, structure, info, args):
         info["skipped"] = True  # the diagonal falls back to Hessian-vector products
         return {}, backend.asarray(0.0)
     lam = output_hessians(pots, anchor, batch, table)
-    jacobians = output_jacobians(pots, anchor, batch, table, calls, chosen)
+    if samples is None:
+        directions = table.units()
+    else:
+        eps = backend.random.normal(noise_key, (samples, table.rows, table.width))
+        directions = backend.math.einsum("nrs,kns->knr", output_roots(backend, lam), eps)
+    jacobians = output_jacobians(pots, anchor, batch, table, calls, chosen, directions)
     paths = [calls[i].path for i in chosen]
     pieces, exact = {}, []
     for i, jac in zip(chosen, jacobians, strict=True):
         call = calls[i]
-        h = weighted(backend, lam, jac.reshape(table.width, table.rows, -1))
+        if samples is None:
+            h = weighted(backend, lam, jac.reshape(table.width, table.rows, -1))
+        else:  # the draws' mean: G ≈ Σ_k m̃_kᵀ m̃_k / S
+            h = jac * (1.0 / samples)
         with_bias = f"{call.path}.bias" in sites
         piece = _layer_piece(backend, call, jac, h.reshape(jac.shape), with_bias, structure)
         once = paths.count(call.path) == 1 and "D" in piece
@@ -179,6 +198,15 @@ def weighted(backend, lam, jac):
     m = backend.math
     order = (1, 0, 2)
     return m.transpose(m.matmul(m.transpose(lam, order), m.transpose(jac, order)), order)
+
+
+def output_roots(backend, lam):
+    """L_n with L_n L_nᵀ = Λ_n at every point, (N, R, R), from ``lam`` (R, N, R): Λ_n's
+    eigenvectors scaled by the roots of its eigenvalues (a softmax's Λ_n is singular, which a
+    Cholesky factor would not take; round-off's negative eigenvalues count as 0)."""
+    m = backend.math
+    values, vectors = m.eigh(m.transpose(lam, (1, 0, 2)))
+    return vectors * m.sqrt(m.maximum(values, 0.0))[:, None, :]
 
 
 def _chosen_calls(calls, sites: set, structure: str) -> list[int]:
@@ -291,9 +319,10 @@ def output_hessians(pots, anchor, batch, table: OutputTable):
     return backend.vmap(product)(table.units())
 
 
-def output_jacobians(pots, anchor, batch, table: OutputTable, calls, chosen) -> list:
-    """For each chosen layer call, the rows of ∂f/∂s: (R, *s.shape), the gradient of
-    ⟨f, e_r⟩ with respect to a shift of the call's pre-activation s, vmapped over r."""
+def output_jacobians(pots, anchor, batch, table: OutputTable, calls, chosen, directions) -> list:
+    """For each chosen layer call, ``directions`` (K, N, R) pulled back to its pre-activation s:
+    (K, *s.shape), the gradient of ⟨f, v_k⟩ with respect to a shift of s, vmapped over k (the
+    rows of ∂f/∂s for the unit directions)."""
     backend, m = pots.backend, pots.backend.math
     sizes = [int(np.prod(calls[i].out_shape)) for i in chosen]
     starts = dict(zip(chosen, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
@@ -309,8 +338,8 @@ def output_jacobians(pots, anchor, batch, table: OutputTable, calls, chosen) -> 
         return m.sum(table.flatten(outputs) * direction)
 
     zero = backend.asarray(np.zeros(int(sum(sizes))))
-    grads = backend.vmap(lambda v: backend.grad(lambda s: paired(s, v))(zero))(table.units())
+    grads = backend.vmap(lambda v: backend.grad(lambda s: paired(s, v))(zero))(directions)
     return [
-        grads[:, starts[i] : starts[i] + size].reshape(table.width, *calls[i].out_shape)
+        grads[:, starts[i] : starts[i] + size].reshape(-1, *calls[i].out_shape)
         for i, size in zip(chosen, sizes, strict=True)
     ]

@@ -94,6 +94,11 @@ class Laplace(MAPTraining):
     )
     curvature: str = option("ggn", "'ggn' (generalised Gauss-Newton) or 'hessian' (exact)")
     subset: str = option("all", "'all' latents, or 'last_layer' (the last nn layer's weights)")
+    ggn_samples: int | None = option(
+        None,
+        "None: the exact GGN of the nn layers; k: its Monte Carlo estimate from k draws per "
+        "data point (K-FAC's sampled Fisher), for hessian='kron' or 'diag'",
+    )
     damping: float | None = option(None, "added to the precision's diagonal (None: nothing)")
     prior_precision: str | None = option(
         None, "None: the model's prior; 'marglik': rescale Normal priors' precision"
@@ -115,6 +120,14 @@ class Laplace(MAPTraining):
         check_choice(self, "curvature", ("ggn", "hessian"))
         check_choice(self, "subset", ("all", "last_layer"))
         check_number(self, "damping", 0.0, optional=True)
+        check_int(self, "ggn_samples", optional=True)
+        if self.ggn_samples is not None and (self.hessian == "full" or self.curvature != "ggn"):
+            raise ConfigError(
+                f"ggn_samples={self.ggn_samples} estimates the nn layers' GGN blocks of "
+                f"hessian='kron' or 'diag' with curvature='ggn'; got hessian={self.hessian!r}, "
+                f"curvature={self.curvature!r}. Use hessian='kron' or 'diag', or leave "
+                "ggn_samples out (the exact curvature)."
+            )
         check_choice(self, "prior_precision", ("marglik",), optional=True)
         if self.hessian == "kron" and self.curvature != "ggn":
             raise ConfigError(
@@ -144,12 +157,21 @@ class Laplace(MAPTraining):
                 seed,
                 self.num_samples,
                 settings,
+                self.ggn_samples,
             )
             if self.prior_precision == "marglik":
                 scale = rescale_kron_prior(setup, approx, self.damping)
                 settings["prior_precision_scale"] = scale
             return self._posterior(setup, approx, sites, settings, log_likelihood, losses)
-        matrix = curvature(setup, mode, self.hessian, self.curvature, index, self.batch_size)
+        matrix = curvature(
+            setup,
+            mode,
+            self.hessian,
+            self.curvature,
+            index,
+            self.batch_size,
+            estimate=(self.ggn_samples, seed),
+        )
         if self.prior_precision == "marglik":
             matrix, settings["prior_precision_scale"] = rescale_prior(
                 setup, mode, matrix, self.hessian, index
