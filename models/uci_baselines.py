@@ -18,7 +18,10 @@ units, N(0, 1) weights: :func:`~ppl_bdl.models.uci.uci_model`) for the set's epo
 - ``"laplace_kron"``: the same with a KFAC precision over every weight (Ritter, Botev & Barber
   2018), GLM predictive;
 - ``"swag"``: the heteroscedastic run, its iterates collected once an epoch over the last
-  ``swag_epochs`` epochs into a rank-20 SWAG Gaussian (Maddox et al. 2019).
+  ``swag_epochs`` epochs into a rank-20 SWAG Gaussian (Maddox et al. 2019);
+- ``"sghmc"``: the heteroscedastic network sampled by SGHMC (Chen et al. 2014) at its defaults
+  (the step size from its pilot run) for the same number of minibatch steps: the first half
+  warmup, ``num_samples`` draws thinned from the second half.
 
 Two choices differ from the papers. The Laplace fits use one noise scale: the GGN linearises a
 Normal likelihood's mean only, so a scale output of the network keeps its exact, indefinite
@@ -55,7 +58,7 @@ from ppl_bdl.errors import ConfigError
 from ppl_bdl.models.uci import Protocol, UCISplit, uci_model
 
 #: The baselines by name, in the order the benchmark prints them.
-BASELINES = ("map", "map_halfnormal", "mc_dropout", "laplace_ll", "laplace_kron", "swag")
+BASELINES = ("map", "map_halfnormal", "mc_dropout", "laplace_ll", "laplace_kron", "swag", "sghmc")
 #: The Laplace fits' settings by baseline.
 LAPLACE = {
     "laplace_ll": dict(subset="last_layer", hessian="full"),
@@ -109,6 +112,16 @@ class BaselineOptions:
             return dict(method="ensemble", num_members=1, lr=self.lr, **common)
         if self.method == "mc_dropout":
             return dict(method="mc_dropout", lr=self.lr, num_samples=self.num_samples, **common)
+        if self.method == "sghmc":
+            kept = min(self.num_samples, common["num_steps"] // 2)
+            return dict(
+                method="sghmc",
+                batch_size=batch,
+                num_warmup=common["num_steps"] // 2,
+                num_samples=kept,
+                thinning=max(1, common["num_steps"] // 2 // kept),
+                num_chains=1,
+            )
         if self.method in LAPLACE:
             laplace = LAPLACE[self.method]
             return dict(
