@@ -21,7 +21,7 @@ Eq. 4). One pass over a chunk computes
 With ``samples=S`` the R rows give way to S Monte Carlo rows per point: m̃_k = M_nᵀ L_n ε_k with
 L_n L_nᵀ = Λ_n and ε_k ~ N(0, I_R), so that E[m̃ m̃ᵀ] = M_nᵀ Λ_n M_n and G ≈ (1/S) Σ_k m̃_kᵀ m̃_k:
 one backward pass per draw instead of one per output dimension (K-FAC's sampled Fisher, Martens
-& Grosse 2015; laplace-torch's ``stochastic=True``). It costs less wherever R > S (10 classes).
+& Grosse 2015; laplace-torch's ``AsdlGGN(stochastic=True)``). It costs less wherever R > S.
 
 As KFAC does, it takes a layer's weights to reach the likelihood only through its output.
 The pass is compiled (``backend.jit``) once per chunk size and kept in the model's program
