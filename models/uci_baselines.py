@@ -19,9 +19,11 @@ units, N(0, 1) weights: :func:`~ppl_bdl.models.uci.uci_model`) for the set's epo
   2018), GLM predictive;
 - ``"swag"``: the heteroscedastic run, its iterates collected once an epoch over the last
   ``swag_epochs`` epochs into a rank-20 SWAG Gaussian (Maddox et al. 2019);
-- ``"sghmc"``: the heteroscedastic network sampled by SGHMC (Chen et al. 2014) at its defaults
-  (the step size from its pilot run) for the same number of minibatch steps: the first half
-  warmup, ``num_samples`` draws thinned from the second half.
+- ``"sghmc"``: the network with one learned noise scale sampled by SGHMC (Chen et al. 2014) at
+  its defaults (the step size from its pilot run) for the same number of minibatch steps: the
+  first half warmup, ``num_samples`` draws thinned from the second half. (With the scale output
+  the pilot's step let chains diverge: boston split 3's predictions reached 10⁷, wine's chain a
+  NaN.)
 
 Two choices differ from the papers. The Laplace fits use one noise scale: the GGN linearises a
 Normal likelihood's mean only, so a scale output of the network keeps its exact, indefinite
@@ -73,7 +75,8 @@ class BaselineOptions:
     batch size ``batch_size``, Adam at ``lr``; SWAG collects once an epoch over the last
     ``swag_epochs`` into ``rank`` deviations. ``p``: MC dropout's rate; ``num_samples``: the
     predictive's draws (masks, or draws of the Gaussian); ``noise``: the network's noise model
-    (None: "halfnormal" for the Laplace fits and ``map_halfnormal``, else "heteroscedastic").
+    (None: "halfnormal" for the Laplace fits, ``map_halfnormal`` and ``sghmc``, else
+    "heteroscedastic").
     ``pred_type``: what :func:`~ppl_bdl.models.uci.run_uci` scores ("glm" for Laplace)."""
 
     method: str
@@ -97,7 +100,7 @@ class BaselineOptions:
     def model(self, proto: Protocol):
         """The set's network for this baseline (MC dropout's with its Dropout layers)."""
         p = self.p if self.method == "mc_dropout" else None
-        one_scale = self.method in LAPLACE or self.method == "map_halfnormal"
+        one_scale = self.method in LAPLACE or self.method in ("map_halfnormal", "sghmc")
         noise = self.noise or ("halfnormal" if one_scale else "heteroscedastic")
         return uci_model(proto.num_hidden, noise, p=p)
 
