@@ -6,11 +6,19 @@ Ours is the core's log density (:class:`~ppl_bdl.trace.layout.ModelDensity`, the
 VI and SG-MCMC differentiate), its ``bdl.scan`` one ``lax.scan``; the anchor is NumPyro's
 ``potential_energy`` of its scan model. Both are ``jax.jit(jax.value_and_grad(...))`` at the same
 point; the ratio is ours / native, median of ``--repeats`` timed blocks of ``--calls`` calls each
-(compilation not included; its time is printed apart). On Pyro (``--pyro``) ours runs the step
-eagerly once per step; ``--pyro`` also times it with the step traced once (``torch.jit.trace``)
-and called per step, the alternative a compiled loop on torch would be.
+(compilation not included; its time is printed apart).
+
+On Pyro (``--pyro``, at the same T) ours traces the step once and calls its graph at every step
+(:mod:`ppl_bdl.backends.pyro.scan`); the anchor is the Python loop that runs the step eagerly at
+every step. Each is timed as ``torch.func.grad_and_value`` of the potential (VI's and SG-MCMC's
+gradient) and by autograd (Pyro NUTS's), and, up to ``--whole-max`` steps, traced whole
+(:meth:`~ppl_bdl.backends.pyro.backend.PyroBackend.trace`: ``make_fx`` then TorchScript, the loop
+unrolled, as NUTS, VI and SG-MCMC trace their gradient up to
+:data:`~ppl_bdl.backends.pyro.scan.UNROLL_LIMIT` steps). "first" is the first call's seconds
+(the step's trace, or the whole trace's build).
 
     python benchmarks/scan.py [--steps 100 10000] [--repeats 5] [--calls 20] [--pyro]
+        [--whole-max 100] [--no-numpyro]
 """
 
 from __future__ import annotations
@@ -110,8 +118,8 @@ def run_numpyro(steps_list, repeats: int, calls: int) -> None:
         )
 
 
-def run_pyro(steps: int, repeats: int, calls: int) -> None:
-    """Ours on Pyro (the eager loop) against a loop around the step traced once."""
+def pyro_gradients(steps: int):
+    """(value_and_grad by torch.func, by autograd, the point, the backend) of the Pyro potential."""
     import torch
 
     y = timeseries.simulate_volatility(steps, -1.0, 0.9, 0.3, seed=0)
@@ -119,38 +127,65 @@ def run_pyro(steps: int, repeats: int, calls: int) -> None:
     backend, layout = setup.backend, setup.layout
     density = ModelDensity(setup.bound, backend, layout, setup.params)
     point = backend.asarray(np.random.default_rng(0).normal(size=layout.dim) * 0.1)
-    y_t = torch.as_tensor(y, dtype=torch.float32)
-    normal = torch.distributions.Normal
 
-    def step(h_prev, h_std, y_step, mu, phi, scale):
-        h = mu + phi * (h_prev - mu) + scale * h_std
-        log_p = normal(0.0, 1.0).log_prob(h_std) + normal(0.0, torch.exp(h / 2.0)).log_prob(y_step)
-        return h, log_p
+    def by_autograd(flat):
+        flat = flat.detach().requires_grad_(True)
+        value = density.potential(flat)
+        return value, torch.autograd.grad(value, flat)[0]
 
-    args = [torch.tensor(0.1)] * 6
-    traced_step = torch.jit.trace(step, tuple(args))
+    return density.value_and_grad, by_autograd, point, backend
 
-    def looped(one_step):
-        def value_and_grad(flat):
-            flat = flat.detach().requires_grad_(True)
-            mu, phi, sigma = flat[0], torch.tanh(flat[1] / 2), torch.exp(flat[2])
-            h, total = mu, 0.0
-            for t in range(steps):
-                scale = sigma / torch.sqrt(1 - phi**2) if t == 0 else sigma
-                h, log_p = one_step(h, flat[3 + t], y_t[t], mu, phi, scale)
-                total = total + log_p
-            (grad,) = torch.autograd.grad(-total, flat)
-            return -total, grad
 
-        return value_and_grad
+def _eager_loop(backend, on: bool) -> None:
+    """Pyro's bdl.scan as the Python loop (the step run eagerly at every step), or as it is."""
+    from ppl_bdl.backends.pyro.scan import eager_scan
 
-    print(f"Pyro, T={steps}: ms per gradient (the step's ops only, priors left out)")
-    fns = [density.value_and_grad, looped(step), looped(traced_step)]
-    ours, eager, traced = timed_together(fns, point, repeats, calls)[1]
+    if on:
+        backend.scan = lambda fn, init, xs, length: eager_scan(fn, init, xs, length)
+    else:
+        backend.__dict__.pop("scan", None)
+
+
+def run_pyro(steps_list, repeats: int, calls: int, whole_max: int) -> None:
+    """Ours on Pyro (the step traced once) against the Python loop, plain and traced whole."""
+    from ppl_bdl.backends.pyro import scan as pyro_scan
+
     print(
-        f"  ours (eager loop) {1e3 * ours:8.3f}   hand loop, eager step {1e3 * eager:8.3f}   "
-        f"hand loop, traced step {1e3 * traced:8.3f}   traced/eager {traced / eager:5.2f}"
+        "Pyro: seconds of the first call, ms per gradient (torch.func | autograd); "
+        "ours: the step traced once, anchor: the step run eagerly at every step"
     )
+    for steps in steps_list:
+        value_and_grad, by_autograd, point, backend = pyro_gradients(steps)
+        n = max(1, calls * 100 // steps)
+        rows = {}
+        with backend.scope(), backend.activate():
+            for name, eager in (("eager loop", True), ("traced step", False)):
+                _eager_loop(backend, eager)
+                backend.step_programs = pyro_scan.StepPrograms()
+                start = time.perf_counter()
+                value_and_grad(point)
+                first = time.perf_counter() - start
+                _, (t_func, t_auto) = timed_together(
+                    [value_and_grad, by_autograd], point, repeats, n
+                )
+                rows[name] = (first, t_func, t_auto)
+            _eager_loop(backend, False)
+            if steps <= whole_max:  # the loop unrolled into one trace (either way the same)
+                limit, pyro_scan.UNROLL_LIMIT = pyro_scan.UNROLL_LIMIT, steps
+                start = time.perf_counter()
+                whole = backend.trace(value_and_grad, (point,))
+                whole(point)
+                rows["whole trace"] = (
+                    time.perf_counter() - start,
+                    timed(whole, point, 1, n)[1],
+                    None,
+                )
+                pyro_scan.UNROLL_LIMIT = limit
+        for name, (first, t_func, t_auto) in rows.items():
+            auto = "" if t_auto is None else f" | {1e3 * t_auto:9.1f}"
+            print(f"T={steps:>6}  {name:<12} first {first:7.1f} s   {1e3 * t_func:9.1f}{auto}")
+        ratio = rows["eager loop"][1] / rows["traced step"][1]
+        print(f"T={steps:>6}  eager loop / traced step (torch.func): {ratio:5.2f}")
 
 
 def main() -> None:
@@ -158,11 +193,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[100, 10_000])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--pyro", action="store_true", help="also time the Pyro loop (T=100)")
+    parser.add_argument("--pyro", action="store_true", help="also time the Pyro loop")
+    parser.add_argument(
+        "--whole-max", type=int, default=100, help="Pyro: trace the whole potential up to T steps"
+    )
+    parser.add_argument("--no-numpyro", action="store_true", help="time the Pyro loop only")
     args = parser.parse_args()
-    run_numpyro(args.steps, args.repeats, args.calls)
+    if not args.no_numpyro:
+        run_numpyro(args.steps, args.repeats, args.calls)
     if args.pyro:
-        run_pyro(100, args.repeats, args.calls)
+        run_pyro(args.steps, args.repeats, args.calls, args.whole_max)
 
 
 if __name__ == "__main__":

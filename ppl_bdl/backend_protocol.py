@@ -259,10 +259,13 @@ class Autodiff(Protocol):
         """``lax.scan``'s contract for the core's own loops: ``fn(carry, x) -> (carry, y)`` over
         the leading axis of ``xs`` (a pytree; None leaves kept), the ``y`` stacked along a new
         leading axis. One loop in the compiled program on JAX (``lax.scan``: ``fn`` traced once,
-        however large ``length``); a Python loop elsewhere (NumPy leaves of ``xs`` sliced as
-        NumPy). Raises what ``fn`` raises (on JAX also where ``fn`` cannot be traced: Python
-        control flow on a traced value, a carry that changes type). The core runs ``bdl.scan``
-        with it (:meth:`~ppl_bdl.trace.interpreter.Evaluator.scan`)."""
+        however large ``length``); on torch a Python loop around ``fn`` traced once (NumPy
+        leaves of ``xs`` as tensors), or around ``fn`` itself where a trace could differ from it
+        (NumPy leaves sliced as NumPy). Raises what ``fn`` raises (on JAX also where ``fn`` cannot be traced: Python
+        control flow on a traced value, a carry that changes type), and
+        :class:`~ppl_bdl.errors.LongLoop` where a trace of the function around the loop
+        (:meth:`trace`) would unroll too many steps. The core runs ``bdl.scan`` with it
+        (:meth:`~ppl_bdl.trace.interpreter.Evaluator.scan`)."""
         ...
 
     def cond(self, pred: Any, true_fn: Callable, false_fn: Callable, operand: PyTree) -> PyTree:

@@ -46,6 +46,14 @@ class InferenceError(PPLError, RuntimeError):
         self.partial = partial
 
 
+class LongLoop(PPLError):
+    """A loop (``bdl.scan``) too long to unroll into a trace of a whole function: a backend's
+    :meth:`~ppl_bdl.backend_protocol.Autodiff.scan` raises it while its
+    :meth:`~ppl_bdl.backend_protocol.Autodiff.trace` traces, and ``trace`` catches it and keeps
+    the function untraced around the loop (whose step the backend traces on its own). The
+    core's evaluator lets it through rather than running the loop in Python."""
+
+
 class RunInterrupted(InferenceError):
     """A run stopped by Ctrl-C (KeyboardInterrupt); ``partial`` holds what it had finished."""
 

@@ -417,26 +417,148 @@ def test_prediction_draws_each_step_from_the_step_before(backend):
     np.testing.assert_allclose(be.to_numpy(means)[1:], be.to_numpy(draws)[:-1] + 2.0, atol=1e-5)
 
 
+# -- Pyro: the step traced once, its graph called at every step ----------------------------------
+@pytest.fixture
+def fresh_programs(monkeypatch):
+    """``fresh(backend)``: a new, empty store of the backend's traced steps (for this test)."""
+    from ppl_bdl.backends.pyro.scan import StepPrograms
+
+    def fresh(backend):
+        programs = StepPrograms()
+        monkeypatch.setattr(backend, "step_programs", programs)
+        return programs
+
+    return fresh
+
+
+def _pyro_eager_loop(monkeypatch):
+    """Run Pyro's bdl.scan as its Python loop (the step run once per step)."""
+    from ppl_bdl.backends.pyro.backend import PyroBackend
+    from ppl_bdl.backends.pyro.scan import eager_scan
+
+    monkeypatch.setattr(
+        PyroBackend, "scan", lambda self, f, init, xs, n: eager_scan(f, init, xs, n)
+    )
+
+
+def _autograd_value_and_grad(density, flat):
+    """The potential's gradient by plain autograd (as Pyro's NUTS takes it)."""
+    import torch
+
+    be = density.backend
+    with be.scope(), be.activate():
+        z = be.asarray(flat).requires_grad_(True)
+        value = density.potential(z)
+        (grad,) = torch.autograd.grad(value, z)
+        return float(value.detach()), grad.numpy()
+
+
+def test_pyro_traced_step_gives_the_eager_loops_potential_and_gradients(
+    fresh_programs, monkeypatch
+):
+    """The SV step closes over mu, phi and sigma: their gradients come through the graph."""
+    density, setup = _density(timeseries.stochastic_volatility(SV_Y), "pyro")
+    pyro_programs = fresh_programs(setup.backend)
+    flat = np.random.default_rng(6).normal(size=setup.layout.dim) * 0.5
+    traced = [_value_and_grad(density, flat), _autograd_value_and_grad(density, flat)]
+    assert pyro_programs.traces == 1 and pyro_programs.failures == 0  # the graph ran
+    with monkeypatch.context() as patch:
+        _pyro_eager_loop(patch)
+        eager = [_value_and_grad(density, flat), _autograd_value_and_grad(density, flat)]
+    for (value, grad), (expected_value, expected_grad) in zip(traced, eager, strict=True):
+        assert value == pytest.approx(expected_value, rel=1e-12)
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-10, atol=1e-12)
+    assert np.all(eager[0][1][:3] != 0.0)  # the latents the step closes over have gradients
+
+
+def test_pyro_step_with_python_control_flow_on_a_value_runs_as_the_python_loop(fresh_programs):
+    import torch
+
+    from ppl_bdl.backends.pyro.scan import eager_scan, traced_scan
+
+    calls = []
+    rate = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+
+    def step(carry, x):
+        calls.append(1)
+        new = carry * rate + x if carry > 0 else carry - rate * x  # a Python branch on a value
+        return new, new
+
+    xs = torch.tensor([1.0, -3.0, 0.5, 2.0, -1.0, 0.3], dtype=torch.float64)
+    init = torch.tensor(0.2, dtype=torch.float64)
+    be = bdl.backends.get("pyro", "float64")
+    pyro_programs = fresh_programs(be)
+    carry, ys = traced_scan(be, step, init, xs, len(xs))
+    assert len(calls) == 1 + len(xs)  # the recorded first step, then the Python loop
+    assert pyro_programs.traces == 0  # refused before tracing
+    expected_carry, expected_ys = eager_scan(step, init, xs, len(xs))
+    np.testing.assert_allclose(ys.detach().numpy(), expected_ys.detach().numpy(), rtol=1e-15)
+    grad = torch.autograd.grad(carry + ys.sum(), rate)[0]
+    expected = torch.autograd.grad(expected_carry + expected_ys.sum(), rate)[0]
+    assert float(grad) == pytest.approx(float(expected), rel=1e-14)
+
+
+def test_pyro_traces_the_step_once(fresh_programs):
+    y = timeseries.simulate_ar(300, 0.0, [0.5], 0.3, seed=0)
+    density, setup = _density(counted_ar1(y), "pyro")
+    pyro_programs = fresh_programs(setup.backend)
+    STEP_CALLS.clear()
+    _value_and_grad(density, [0.1, -0.2])
+    # The recorded first step, the trace, the trace's eager check, the step's last eager run.
+    assert len(STEP_CALLS) == 4 and pyro_programs.traces == 1
+    STEP_CALLS.clear()
+    _value_and_grad(density, [0.3, 0.1])
+    _autograd_value_and_grad(density, [0.3, 0.1])
+    assert len(STEP_CALLS) == 2  # once per evaluation: the other 298 steps ran the graph
+    assert pyro_programs.traces == 1 and pyro_programs.failures == 0
+
+
+def test_pyro_trace_of_the_potential_leaves_a_long_loop_to_the_traced_step(monkeypatch):
+    import warnings
+
+    from ppl_bdl.backends.pyro import scan as pyro_scan
+
+    density, setup = _density(ar1(Y), "pyro")
+    be, point = setup.backend, setup.backend.asarray([0.1, -0.2])
+    monkeypatch.setattr(pyro_scan, "UNROLL_LIMIT", len(Y) - 2)  # the loop has len(Y) - 1 steps
+    with be.scope(), be.activate(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value_and_grad = density.value_and_grad
+        assert be.trace(value_and_grad, (point,)) is value_and_grad
+
+
 @pytest.mark.slow
-def test_a_long_series_fits_under_nuts_and_vi_and_predicts():
-    """T = 10,000 steps: each fit compiles the step once (the Python loop would unroll it)."""
+@pytest.mark.parametrize("backend", ["numpyro", "pyro"])
+def test_a_long_series_fits_under_nuts_and_vi_and_predicts(backend):
+    """T = 10,000 steps: each fit traces the step once (the Python loop would unroll it). On
+    Pyro a gradient costs the step's graph at each step: fewer draws, and a uniform start (the
+    default start draws from the prior, whose steps run as Python: random draws)."""
     y = timeseries.simulate_volatility(10_000, -1.0, 0.9, 0.3, seed=2)
     bound = timeseries.stochastic_volatility(y)
+    draws = {"numpyro": (10, 5, 3, 20, "median"), "pyro": (3, 2, 2, 5, "uniform")}[backend]
+    num_warmup, num_samples, depth, vi_steps, init = draws
     post = bdl.fit(
         bound,
-        backend="numpyro",
+        backend=backend,
         seed=0,
         progress=False,
-        num_warmup=10,
-        num_samples=5,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
         num_chains=1,
-        max_tree_depth=3,
+        max_tree_depth=depth,
+        init=init,
     )
-    assert post.samples["h_std"].shape == (1, 5, 10_000)
-    assert post.log_likelihood["y"].shape == (1, 5, 10_000)
+    assert post.samples["h_std"].shape == (1, num_samples, 10_000)
+    assert post.log_likelihood["y"].shape == (1, num_samples, 10_000)
     pred = post.predict(bound, seed=1)
     assert np.asarray(pred.draws["y"]).shape[-1] == 10_000
     vi = bdl.fit(
-        bound, backend="numpyro", method="vi", num_steps=20, num_samples=5, seed=0, progress=False
+        bound,
+        backend=backend,
+        method="vi",
+        num_steps=vi_steps,
+        num_samples=num_samples,
+        seed=0,
+        progress=False,
     )
     assert vi.samples["h"].shape[-1] == 10_000

@@ -34,6 +34,7 @@ from ppl_bdl.backends.pyro.devices import (
 from ppl_bdl.backends.pyro.loop import compile_loop
 from ppl_bdl.backends.pyro.math import make_math
 from ppl_bdl.backends.pyro.optimizer import build_optimizer
+from ppl_bdl.backends.pyro.scan import StepPrograms, traced_scan
 from ppl_bdl.backends.pyro.torchscript import trace_or_eager, vmap_or_loop
 from ppl_bdl.backends.pyro.trees import index_tree, leading_size, split_mapped, stack_tree, tree_map
 from ppl_bdl.errors import BackendError, DataError
@@ -157,6 +158,8 @@ class PyroBackend(BackendBase):
         self.math = make_math()
         self.random = _Random(self)
         self.native = _Native()
+        #: The traced steps of ``bdl.scan`` loops (:mod:`.scan`), by what each depends on.
+        self.step_programs = StepPrograms()
 
     # -- arrays -------------------------------------------------------------------------------
     @property
@@ -331,14 +334,11 @@ class PyroBackend(BackendBase):
         return carry
 
     def scan(self, fn, init, xs, length):
-        # Eager, once per step: torch traces the tensors a step closes over (the model's
-        # latents outside the loop) as constants, so a step traced once would lose their
-        # gradients. A trace of the whole potential (``trace``) still unrolls the loop.
-        carry, ys = init, []
-        for t in range(length):
-            carry, y = fn(carry, index_tree(xs, t))
-            ys.append(y)
-        return carry, stack_tree(ys)
+        """``lax.scan`` on torch: ``fn`` traced once (``make_fx``) and its graph called at each
+        step, with the tensors it closes over (the model's latents) as the graph's inputs, so
+        their gradients flow; ``fn`` itself once per step where the trace could differ from it
+        (Python control flow on values, random draws; :mod:`.scan`)."""
+        return traced_scan(self, fn, init, xs, length)
 
     def cond(self, pred, true_fn, false_fn, operand):
         # The step runs in Python: the branch not taken is never computed.
@@ -348,7 +348,10 @@ class PyroBackend(BackendBase):
         """``fn`` traced once at ``example_args`` (``make_fx``, then TorchScript), so a step skips
         the Python walk of the model; checked against ``fn`` there, ``fn`` itself (with a
         warning) where tracing fails or disagrees. (Python control flow on values, which a trace
-        would freeze, is refused before, by the validating run's ``StrictTensor`` values.) In a
+        would freeze, is refused before, by the validating run's ``StrictTensor`` values.) A
+        ``bdl.scan`` in ``fn`` is unrolled into the trace up to
+        :data:`~ppl_bdl.backends.pyro.scan.UNROLL_LIMIT` steps; with a longer one ``fn`` itself
+        is returned, without a warning (the loop's step is traced on its own). In a
         data-parallel fit the trace is of this process's share (its gradients not all-reduced,
         at the first call's own block of the minibatch: its ``N / |batch|`` scale is the block's)
         and its outputs are all-reduced after it runs: a trace cannot hold the all-reduce."""

@@ -23,7 +23,9 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from ppl_bdl.backends.pyro.scan import TRACING_POTENTIAL
 from ppl_bdl.backends.pyro.trees import index_tree, leading_size, split_mapped
+from ppl_bdl.errors import LongLoop
 
 
 def script_trace(fn: Callable, args: tuple):
@@ -33,7 +35,11 @@ def script_trace(fn: Callable, args: tuple):
     trace's outputs at ``args`` differ from ``fn``'s."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    graph = make_fx(fn)(*args)
+    token = TRACING_POTENTIAL.set(True)
+    try:
+        graph = make_fx(fn)(*args)
+    finally:
+        TRACING_POTENTIAL.reset(token)
     graph.graph.eliminate_dead_code()
     graph.recompile()
     try:
@@ -85,6 +91,8 @@ def trace_or_eager(backend, fn: Callable, example_args: tuple) -> Callable:
 
     try:
         traced = script_trace(flat_fn, tuple(leaves[i] for i in tensor_at))
+    except LongLoop:
+        return fn  # a long bdl.scan: its step is traced, the function around it runs as it is
     except Exception as err:  # noqa: BLE001 - any failure means: use the eager function
         warnings.warn(
             f"could not trace the model's step ({type(err).__name__}: {err}); on the Pyro backend "

@@ -12,8 +12,10 @@ What a loop becomes is up to the runtime at the bottom of the stack:
   differentiate, the pointwise log-likelihood, prediction) runs one compiled loop whose step is
   traced once (``lax.scan`` on NumPyro: T = 10,000 compiles as fast as T = 10); each site reads
   its value at step t from the stacked values, and the steps' log densities are summed after
-  the loop (:mod:`ppl_bdl.trace.compiled_scan`). On Pyro the step runs eagerly once per step
-  (torch would trace the latents a step closes over as constants). Where a step cannot be
+  the loop (:mod:`ppl_bdl.trace.compiled_scan`). On Pyro the step is traced once to a graph
+  whose inputs include the tensors it closes over (the latents), called at every step
+  (:mod:`ppl_bdl.backends.pyro.scan`; a step it cannot follow runs as Python at every step,
+  with the same values and no warning). Where a step cannot be
   compiled it runs as a Python loop, with a warning, which a compiled log density unrolls (slow
   to compile for long series): a step that samples different sites at different steps, Python
   control flow on a value or on the step index (``if t == 0:``; write ``bdl.math.where``), data

@@ -26,7 +26,7 @@ from ppl_bdl.dsl.bound_data import foreign_library
 from ppl_bdl.dsl.control_flow import StackedNative, index_tree, no_nesting, python_loop
 from ppl_bdl.dsl.effects import Message, PlateFrame, Runtime
 from ppl_bdl.dsl.sites import SiteShape, site_shape
-from ppl_bdl.errors import DataError, DistributionError, ModelError
+from ppl_bdl.errors import DataError, DistributionError, LongLoop, ModelError
 from ppl_bdl.trace.compiled_scan import check_stacked_observations, run_compiled
 
 
@@ -280,6 +280,8 @@ class Evaluator(Runtime):
                 self.validate, self.strict_values = True, saved["strict_values"]
             check_stacked_observations(self)
             return out
+        except LongLoop:  # a trace around the loop gives up (the backend's trace catches it)
+            raise
         except Exception as err:  # noqa: BLE001 - any step the loop cannot run: the Python loop
             self._set_state(saved)
             out = self._python_scan(f, init, xs, length, name)
