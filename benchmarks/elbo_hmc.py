@@ -16,11 +16,16 @@ posterior means and standard deviations in posterior standard deviations.
 Run::
 
     PYTHONPATH=. python benchmarks/elbo_hmc.py [--backend numpyro] [--samples 2000]
+    PYTHONPATH=. python benchmarks/elbo_hmc.py --backend pyro --targets regression --chains 2 \
+        --samples 1000 --methods nuts "hmc elbo"
+
+Each run uses one thread (torch's intra-op threads; XLA's CPU client, when JAX starts).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import arviz as az
@@ -28,6 +33,9 @@ import numpy as np
 
 import ppl_bdl as bdl
 from ppl_bdl.models import posteriordb, regression
+
+#: One thread for XLA's CPU client (read when JAX starts).
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
 def ill_conditioned(seed: int = 0, n: int = 200, d: int = 6):
@@ -42,14 +50,14 @@ def ill_conditioned(seed: int = 0, n: int = 200, d: int = 6):
     return bound, mean, cov
 
 
-def methods(samples: int, leapfrog: int) -> dict:
+def methods(samples: int, leapfrog: int, chains: int = 4) -> dict:
     return {
-        "nuts": bdl.NUTS(num_warmup=500, num_samples=samples, num_chains=4),
+        "nuts": bdl.NUTS(num_warmup=500, num_samples=samples, num_chains=chains),
         "hmc dual averaging": bdl.HMC(
-            num_warmup=500, num_samples=samples, num_chains=4, num_steps=leapfrog
+            num_warmup=500, num_samples=samples, num_chains=chains, num_steps=leapfrog
         ),
         "hmc elbo": bdl.HMC(
-            adapt="elbo", num_warmup=10, num_samples=samples, num_chains=4, num_steps=leapfrog
+            adapt="elbo", num_warmup=10, num_samples=samples, num_chains=chains, num_steps=leapfrog
         ),
     }
 
@@ -69,9 +77,9 @@ def cost(method, post) -> tuple[float, float]:
     return steps.sum(), chains * method.num_warmup * steps.mean()
 
 
-def row(name, method, bound, backend, exact=None) -> str:
+def row(name, method, bound, backend, exact=None, seed: int = 0) -> str:
     start = time.perf_counter()
-    post = bdl.fit(bound, backend=backend, method=method, progress=False, seed=0)
+    post = bdl.fit(bound, backend=backend, method=method, progress=False, seed=seed)
     seconds = time.perf_counter() - start
     ess = az.ess(post.to_arviz())
     min_ess = min(float(np.min(ess[v].values)) for v in ess.data_vars if v in post.samples)
@@ -97,7 +105,24 @@ def main() -> None:
     parser.add_argument("--backend", default="numpyro")
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--leapfrog", type=int, default=10)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(methods(1, 1)),
+        choices=list(methods(1, 1)),
+        help="the rows to run (Pyro's own HMC is slow: leave 'hmc dual averaging' out there)",
+    )
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        default=["eight_schools", "regression"],
+        choices=["eight_schools", "regression"],
+    )
     args = parser.parse_args()
+    os.environ.setdefault("XLA_FLAGS", XLA_ONE_THREAD)
+    bdl.backends.get(args.backend).set_threads(1)
     es = posteriordb.eight_schools_noncentered(**posteriordb.eight_schools_data())
     reg, mean, cov = ill_conditioned()
     sd = np.sqrt(np.diag(cov))
@@ -107,11 +132,17 @@ def main() -> None:
         "| method | min ESS | sampling grads | warmup/tuning grads | ESS/grad sampling | "
         "ESS/grad total | seconds |"
     )
-    for target, bound, exact in (("eight schools", es, None), ("regression", reg, (mean, cov))):
-        print(f"\n{target} ({args.backend}, 4 chains x {args.samples} draws)")
+    targets = {
+        "eight_schools": ("eight schools", es, None),
+        "regression": ("regression", reg, (mean, cov)),
+    }
+    for target, bound, exact in (targets[name] for name in args.targets):
+        print(f"\n{target} ({args.backend}, {args.chains} chains x {args.samples} draws)")
         print(header + (" max error (sd) |" if exact else ""))
-        for name, method in methods(args.samples, args.leapfrog).items():
-            print(row(name, method, bound, args.backend, exact))
+        chosen = methods(args.samples, args.leapfrog, args.chains)
+        for name in args.methods:
+            method = chosen[name]
+            print(row(name, method, bound, args.backend, exact, args.seed), flush=True)
 
 
 if __name__ == "__main__":

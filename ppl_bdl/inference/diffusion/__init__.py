@@ -6,7 +6,8 @@ denoising score matching over the times of a forward SDE (Vincent 2011; Song et 
 variance-exploding :class:`VESDE` or variance-preserving :class:`VPSDE`), or a score s_θ(x) by
 Hyvärinen's exact score matching. It returns a :class:`ScoreModel` with ``score(x, t)`` and
 ``sample(n, sampler=...)``: reverse-SDE Euler-Maruyama, predictor-corrector, the probability-flow
-ODE, or annealed Langevin dynamics. See docs/diffusion.md.
+ODE, or annealed Langevin dynamics. :func:`energy_distance` compares draws with held-out data, and
+:func:`fit_gaussian` is the baseline a trained model should beat. See docs/diffusion.md.
 
 Example
 -------
@@ -19,6 +20,7 @@ Example
 (10, 2)
 """
 
+from ppl_bdl.inference.diffusion.evaluation import energy_distance, fit_gaussian
 from ppl_bdl.inference.diffusion.model import ScoreModel
 from ppl_bdl.inference.diffusion.samplers import INTEGRATORS, SAMPLERS
 from ppl_bdl.inference.diffusion.sde import SDE_NAMES, VESDE, VPSDE
@@ -33,5 +35,7 @@ __all__ = [
     "VPSDE",
     "ScoreModel",
     "ScoreTrainer",
+    "energy_distance",
     "fit",
+    "fit_gaussian",
 ]
