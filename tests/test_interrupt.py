@@ -180,15 +180,20 @@ def test_a_held_ctrl_c_lets_the_block_finish_and_a_second_one_raises():
 
     from ppl_bdl.backends.numpyro.loop import held_interrupt
 
-    finished = False
-    with held_interrupt() as pressed:
-        signal.raise_signal(signal.SIGINT)
-        finished = True
-    assert finished and pressed == [signal.SIGINT]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with pytest.raises(KeyboardInterrupt), held_interrupt():
-        signal.raise_signal(signal.SIGINT)
-        signal.raise_signal(signal.SIGINT)
+    # Python's own handler, as in a fresh process (a library loaded earlier may have its own)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        finished = False
+        with held_interrupt() as pressed:
+            signal.raise_signal(signal.SIGINT)
+            finished = True
+        assert finished and pressed == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt), held_interrupt():
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_during_a_compiled_chunk_keeps_that_chunk(monkeypatch):
