@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from contextvars import ContextVar
 
 import torch
 from torch.utils import _pytree as pytree
 
-from ppl_bdl.backends.pyro.scan import TRACING_POTENTIAL
+from ppl_bdl.backends.pyro import values as _values
 from ppl_bdl.backends.pyro.trees import index_tree, leading_size, split_mapped
 from ppl_bdl.errors import LongLoop
+
+#: Set while :func:`script_trace` traces a function (a long ``bdl.scan`` then raises LongLoop).
+TRACING_POTENTIAL: ContextVar[bool] = ContextVar("ppl_bdl_tracing_potential", default=False)
 
 
 def script_trace(fn: Callable, args: tuple):
@@ -42,33 +46,43 @@ def script_trace(fn: Callable, args: tuple):
         TRACING_POTENTIAL.reset(token)
     graph.graph.eliminate_dead_code()
     graph.recompile()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            traced = _frozen(torch.jit.trace(graph, args, check_trace=False))
-    except RuntimeError:
-        # TorchScript cannot take some aten ops (convolution_backward): the traced graph itself
-        # still runs without walking the model in Python.
-        traced = graph
-    outputs, references = traced(*args), fn(*args)
-    out_leaves, ref_leaves = pytree.tree_leaves(outputs), pytree.tree_leaves(references)
-    if len(out_leaves) != len(ref_leaves):
-        raise RuntimeError("the trace returns a different structure than the eager function")
-    for out, ref in zip(out_leaves, ref_leaves, strict=True):
-        atol = 1e-5 * (1.0 + float(torch.nan_to_num(ref.abs()).max())) if ref.numel() else 0.0
-        if not torch.allclose(out, ref, rtol=1e-4, atol=atol, equal_nan=True):
-            raise RuntimeError("the trace disagrees with the eager function")
+    traced = compile_graph(graph, args)
+    if not outputs_agree(traced(*args), fn(*args)):
+        raise RuntimeError("the trace disagrees with the eager function")
     return traced
 
 
-def _frozen(traced):
-    """``traced`` frozen: its constants (the data, the priors' parameters) inlined, and what
-    depends on them alone computed once (eight schools' gradient: 0.7-0.8x the time); as it was
-    where freezing fails."""
-    try:
-        return torch.jit.freeze(traced.eval())
-    except RuntimeError:
-        return traced
+def compile_graph(graph, args: tuple):
+    """An aten ``graph`` compiled by TorchScript at ``args`` and frozen: its constants (the data,
+    the priors' parameters) inlined and what depends on them alone computed once (eight schools'
+    gradient: 0.7-0.8x the time). The graph itself where TorchScript refuses an op
+    (convolution_backward): it still runs without walking the model in Python."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchScript's deprecation notices
+        try:
+            compiled = torch.jit.trace(graph, tuple(args), check_trace=False)
+        except RuntimeError:
+            return graph
+        try:
+            return torch.jit.freeze(compiled.eval())
+        except RuntimeError:
+            return compiled
+
+
+def outputs_agree(outputs, references) -> bool:
+    """Whether a trace's ``outputs`` are the eager function's ``references`` (pytrees of
+    tensors): the same structure, shapes and dtypes, and values to float32 round-off."""
+    outs, refs = pytree.tree_leaves(outputs), pytree.tree_leaves(references)
+    if len(outs) != len(refs):
+        return False
+    for out, ref in zip(outs, refs, strict=True):
+        out, ref = _values.plain(out).detach(), _values.plain(ref).detach()
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            return False
+        atol = 1e-5 * (1.0 + float(torch.nan_to_num(ref.abs()).max())) if ref.numel() else 0.0
+        if not torch.allclose(out, ref, rtol=1e-4, atol=atol, equal_nan=True):
+            return False
+    return True
 
 
 def trace_or_eager(backend, fn: Callable, example_args: tuple) -> Callable:

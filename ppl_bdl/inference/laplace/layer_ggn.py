@@ -88,11 +88,12 @@ def layer_pieces(
         data, _ = setup.bound.data_arrays(backend)
         params = {k: backend.asarray(v) for k, v in setup.params.items()}
         anchor = backend.asarray(mode)
-        key = backend.random.key(seed)
+        key = None if samples is None else backend.random.key(seed)
         for i, (batch, weight) in enumerate(data_chunks(setup, batch_size)):
             if batch is not None:
                 batch = {k: backend.asarray(v, "int") for k, v in batch.items()}
-            pieces, count = run(anchor, batch, data, params, backend.random.fold_in(key, i))
+            noise_key = None if key is None else backend.random.fold_in(key, i)
+            pieces, count = run(anchor, batch, data, params, noise_key)
             if info.get("skipped"):
                 return LayerPieces()
             rows = rows + count
