@@ -112,7 +112,7 @@ def main() -> None:
         nargs="+",
         default=list(methods(1, 1)),
         choices=list(methods(1, 1)),
-        help="the rows to run (Pyro's own HMC is slow: leave 'hmc dual averaging' out there)",
+        help="the rows to run",
     )
     parser.add_argument(
         "--targets",

@@ -16,7 +16,7 @@ The groups:
   primitives a lowered model calls.
 - :class:`Optimizers`: an :class:`Optimizer` (``init``, ``update``) from an
   :class:`~ppl_bdl.optim.OptimizerConfig`, built from the backend's own library.
-- :class:`NativeSamplers`: the backend's NUTS/HMC, and our SG-MCMC kernels as its native kernels.
+- :class:`NativeSamplers`: the backend's NUTS, and our SG-MCMC kernels as its native kernels.
 - :class:`Enumeration`: discrete latent sites summed out, and drawn from their conditional.
 - :class:`Devices`: where arrays live (``fit(..., device=...)``).
 - :class:`Modules`: a network of the backend's own module library lifted into sample sites.
@@ -57,7 +57,7 @@ class Batch(NamedTuple):
 
 class Transition(NamedTuple):
     """A method's per-chain transition: the one shape of every iterative method (SG-MCMC
-    kernels, VI, the backends' NUTS and HMC), BlackJAX's kernel shape with the data passed in.
+    kernels, VI, NUTS and HMC), BlackJAX's kernel shape with the data passed in.
 
     ``init(key, position, data) -> state``; ``step(key, state, batch, rate) -> (state, info)``,
     where ``batch`` is a :class:`Batch` and ``rate`` the step's scheduled rate (an SG-MCMC step
@@ -113,7 +113,7 @@ class Optimizer(NamedTuple):
 
 @dataclass
 class NativeSettings:
-    """Settings of the backend's native NUTS / HMC."""
+    """Settings of NUTS (the backend's own) and HMC (the core's; ``num_steps``)."""
 
     method: str
     num_warmup: int
@@ -333,7 +333,7 @@ class Optimizers(Protocol):
 @runtime_checkable
 class NativeSamplers(Protocol):
     def native_transition(self, potential: Callable, settings: NativeSettings) -> Transition:
-        """The backend's NUTS/HMC on ``potential(flat, data)`` as a :class:`Transition` of the
+        """The backend's NUTS on ``potential(flat, data)`` as a :class:`Transition` of the
         core's driver (its ``rate`` unused; info: ``diverging``, ``n_steps``,
         ``acceptance_rate``, ``step_size``, ``lp``, optionally ``energy``; ``emit``: the
         position)."""

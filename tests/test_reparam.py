@@ -429,13 +429,14 @@ def test_neutra_potential_is_the_posterior_pulled_back_through_the_flow(flows, b
         np.testing.assert_allclose(flow.pull_back(theta[None])[0], z, atol=1e-9)
 
 
-def test_neutra_nuts_draws_the_exact_posterior(flows):
+@pytest.mark.parametrize("sampler", [bdl.NUTS, bdl.HMC], ids=["nuts", "hmc"])
+def test_neutra_draws_the_exact_posterior(flows, sampler):
     if "numpyro" not in flows:
         pytest.xfail("the numpyro backend is not installed (pip install 'ppl_bdl[numpyro]')")
-    nuts = bdl.NUTS(neutra=flows["numpyro"], num_warmup=300, num_samples=1000, num_chains=2)
+    method = sampler(neutra=flows["numpyro"], num_warmup=300, num_samples=1000, num_chains=2)
     with warnings.catch_warnings():  # a few divergences in log sigma's right tail (plain NUTS: 17)
         warnings.simplefilter("ignore", bdl.ConvergenceWarning)
-        post = bdl.fit(conjugate(Y), backend="numpyro", method=nuts, seed=2, progress=False)
+        post = bdl.fit(conjugate(Y), backend="numpyro", method=method, seed=2, progress=False)
     assert not {"rhat", "ess_bulk", "ess_tail"} & set(post.diagnostics.kinds())
     n = len(Y)
     exact = {

@@ -1,7 +1,7 @@
 """The NumPyro (JAX) backend.
 
 Hot loops are one ``jax.jit`` of one ``lax.scan`` per chunk of steps (:mod:`._jax_loop`), chains
-vectorised with ``jax.vmap``; NUTS and HMC are NumPyro's own, driven with the core's potential
+vectorised with ``jax.vmap``; NUTS is NumPyro's own, driven with the core's potential
 (:mod:`._numpyro_mcmc`). Arrays live on the fit's device: data is put there once
 (:meth:`NumPyroBackend.asarray`) and :meth:`NumPyroBackend.scope` makes it JAX's default device.
 
@@ -339,7 +339,7 @@ class NumPyroBackend(BackendBase):
 
     # -- native samplers -------------------------------------------------------------------------
     def native_transition(self, potential, settings: NativeSettings):
-        """NumPyro's NUTS/HMC on ``potential(flat, data)``, stepped by the core's driver."""
+        """NumPyro's NUTS on ``potential(flat, data)``, stepped by the core's driver."""
         from ppl_bdl.backends.numpyro.mcmc import native_transition
 
         return native_transition(self, potential, settings)

@@ -1,6 +1,6 @@
-"""NumPyro's NUTS and HMC, and our SG-MCMC kernels as NumPyro MCMC kernels.
+"""NumPyro's NUTS, and our SG-MCMC kernels as NumPyro MCMC kernels.
 
-:func:`native_transition` wraps NumPyro's own NUTS/HMC (the functional ``numpyro.infer.hmc.hmc``
+:func:`native_transition` wraps NumPyro's own NUTS (the functional ``numpyro.infer.hmc.hmc``
 API: the same sampler ``numpyro.infer.NUTS`` runs, with its warmup adaptation) as a transition of
 the core's driver, so NUTS runs in the same compiled chunks as every other method (progress, a
 clean stop on Ctrl-C, draws leaving the device only at kept steps). The data reaches the potential
@@ -26,8 +26,7 @@ from ppl_bdl.dsl.effects import use_backend
 
 
 def native_transition(backend, potential, settings: NativeSettings) -> Transition:
-    """NumPyro's NUTS (or HMC) on ``potential(flat, data)`` as ``(init, step, emit)``."""
-    algo = "NUTS" if settings.method == "nuts" else "HMC"
+    """NumPyro's NUTS on ``potential(flat, data)`` as ``(init, step, emit)``."""
 
     def potential_fn_gen(data):
         def potential_fn(z):
@@ -36,20 +35,17 @@ def native_transition(backend, potential, settings: NativeSettings) -> Transitio
 
         return potential_fn
 
-    init_kernel, sample_kernel = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
+    init_kernel, sample_kernel = hmc(potential_fn_gen=potential_fn_gen, algo="NUTS")
     options = dict(
         num_warmup=settings.num_warmup,
         adapt_step_size=settings.num_warmup > 0,
         adapt_mass_matrix=settings.num_warmup > 0,
         dense_mass=settings.dense_mass,
         target_accept_prob=settings.target_accept,
+        max_tree_depth=settings.max_tree_depth,
     )
     if settings.step_size is not None:
         options["step_size"] = settings.step_size
-    if algo == "NUTS":
-        options["max_tree_depth"] = settings.max_tree_depth
-    else:
-        options["num_steps"] = settings.num_steps or 10
 
     @jax.jit
     def init(key, position, data):

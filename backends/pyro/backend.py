@@ -3,7 +3,7 @@
 Hot loops are a plain Python loop (:mod:`._torch_loop`) around one step whose model gradient is
 traced once to a TorchScript graph (:meth:`PyroBackend.trace`): the core's evaluator computes the
 log density straight from ``torch.distributions`` (no Pyro effect handlers per step). Chains run
-one after another. NUTS and HMC are Pyro's own kernels, stepped by the core's driver
+one after another. NUTS is Pyro's own kernel, stepped by the core's driver
 (:mod:`._pyro_mcmc`). Arrays live on the fit's device (``device=``): data is moved there once and
 :meth:`PyroBackend.scope` makes it torch's default device.
 """
@@ -379,7 +379,7 @@ class PyroBackend(BackendBase):
 
     # -- native samplers -------------------------------------------------------------------------
     def native_transition(self, potential, settings: NativeSettings):
-        """Pyro's NUTS/HMC on ``potential(flat, data)``, stepped by the core's driver."""
+        """Pyro's NUTS on ``potential(flat, data)``, stepped by the core's driver."""
         from ppl_bdl.backends.pyro.mcmc import native_transition
 
         return native_transition(self, potential, settings)

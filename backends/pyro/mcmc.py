@@ -1,6 +1,6 @@
-"""Pyro's NUTS and HMC stepped by the core's driver, and our SG-MCMC kernels as Pyro MCMC kernels.
+"""Pyro's NUTS stepped by the core's driver, and our SG-MCMC kernels as Pyro MCMC kernels.
 
-:func:`native_transition` runs Pyro's own NUTS/HMC kernel (its warmup adaptation included) one
+:func:`native_transition` runs Pyro's own NUTS kernel (its warmup adaptation included) one
 draw per step of the core's driver, so NUTS gets the same chunks, progress, Ctrl-C and checks as
 every other method. The potential and its gradient are traced once to one TorchScript graph
 (Pyro's own ``jit_compile`` only applies to models, not to a potential function): each leapfrog
@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 
 import torch
-from pyro.infer.mcmc import HMC, NUTS
+from pyro.infer.mcmc import NUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ppl_bdl.backend_protocol import NativeSettings, Transition
@@ -37,7 +37,7 @@ class _ChainState:
 
 
 def native_transition(backend, potential, settings: NativeSettings) -> Transition:
-    """Pyro's NUTS (or HMC) on ``potential(flat, data)`` as ``(init, step, emit)``."""
+    """Pyro's NUTS on ``potential(flat, data)`` as ``(init, step, emit)``."""
 
     def init(key, position, data):
         counter = {"calls": 0}
@@ -57,10 +57,7 @@ def native_transition(backend, potential, settings: NativeSettings) -> Transitio
         )
         if settings.step_size is not None:
             common["step_size"] = settings.step_size
-        if settings.method == "nuts":
-            kernel = NUTS(max_tree_depth=settings.max_tree_depth, **common)
-        else:
-            kernel = HMC(num_steps=settings.num_steps or 10, **common)
+        kernel = NUTS(max_tree_depth=settings.max_tree_depth, **common)
         kernel.initial_params = {"theta": position}
         seed = int(torch.randint(0, 2**62, (1,), generator=key, device=key.device))
         with torch.random.fork_rng(devices=_cuda(position)):

@@ -1,4 +1,5 @@
-"""Pytrees of torch tensors (dicts, tuples, lists, None leaves kept): map, index, stack.
+"""Pytrees of torch tensors (dicts, tuples, named tuples, lists, None leaves kept): map, index,
+stack.
 
 Example
 -------
@@ -19,10 +20,17 @@ def tree_map(fn, *trees):
     if isinstance(first, dict):
         return {k: tree_map(fn, *(t[k] for t in trees)) for k in first}
     if isinstance(first, tuple | list):
-        return type(first)(tree_map(fn, *(t[j] for t in trees)) for j in range(len(first)))
+        return _rebuild(first, [tree_map(fn, *(t[j] for t in trees)) for j in range(len(first))])
     if first is None:
         return None
     return fn(*trees)
+
+
+def _rebuild(like, values: list):
+    """``values`` in a container of the type of ``like`` (a named tuple takes them positionally)."""
+    if isinstance(like, tuple) and hasattr(like, "_fields"):
+        return type(like)(*values)
+    return type(like)(values)
 
 
 def leading_size(*trees) -> int:
@@ -59,7 +67,7 @@ def stack_tree(items):
     if isinstance(first, dict):
         return {k: stack_tree([it[k] for it in items]) for k in first}
     if isinstance(first, tuple | list):
-        return type(first)(stack_tree([it[j] for it in items]) for j in range(len(first)))
+        return _rebuild(first, [stack_tree([it[j] for it in items]) for j in range(len(first))])
     if first is None:
         return None
     return torch.stack([x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in items])

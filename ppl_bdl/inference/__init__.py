@@ -1,1 +1,1 @@
-"""Inference drivers: native NUTS/HMC, variational inference, SG-MCMC (reached through ``fit``)."""
+"""Inference drivers: NUTS and HMC, variational inference, SG-MCMC (reached through ``fit``)."""

@@ -1,4 +1,4 @@
-"""The one loop of every iterative method: SG-MCMC kernels, VI, and the backends' NUTS and HMC.
+"""The one loop of every iterative method: SG-MCMC kernels, VI, NUTS and HMC.
 
 A method is a :class:`~ppl_bdl.backend_protocol.Transition`: per chain ``init(key, position,
 data) -> state``, ``step(key, state, batch, rate) -> (state, info)`` and ``emit(state)``, the

@@ -1,2 +1,2 @@
-"""MCMC: the backends' NUTS and HMC, the SG-MCMC kernels (``kernels/``), their step sizes, schedules
+"""MCMC: NUTS (the backend's own), HMC (the core's), the SG-MCMC kernels (``kernels/``), their step sizes, schedules
 and control variates."""

@@ -1,13 +1,13 @@
 """Hamiltonian Monte Carlo written in the core: a diagonal-mass leapfrog and its Metropolis step.
 
-The backends' NUTS and HMC (:mod:`~ppl_bdl.inference.mcmc.native`) adapt themselves during
-warmup and cannot be differentiated through. This kernel is the one ``bdl.HMC(adapt="elbo")``
+This kernel is the one ``bdl.HMC`` runs: with Stan's warmup adaptation
+(:mod:`~ppl_bdl.inference.mcmc.hmc_warmup`), or as ``bdl.HMC(adapt="elbo")``
 tunes (:mod:`~ppl_bdl.inference.mcmc.elbo_tuning`) and then samples with: its step takes its
 noise as arguments (:func:`hmc_move`), so the same code is differentiated with respect to the
 step size and mass (the tuning objective) and driven by the core's loop (:func:`hmc_transition`).
 
-One move (Neal 2011, Sec. 5.3.2-5.3.3): draw a momentum p ~ N(0, M), M = diag(1 / m) with ``m``
-the inverse mass; run ``num_steps`` leapfrog steps of size ε on H(z, p) = U(z) + ½ Σ m p²;
+One move (Neal 2011, Sec. 5.3.2-5.3.3): draw a momentum p ~ N(0, M), M⁻¹ the inverse mass (a
+vector: diagonal; a matrix: dense); run ``num_steps`` leapfrog steps of size ε on H(z, p) = U(z) + ½ pᵀ M⁻¹ p;
 accept the end point with probability min(1, exp(−ΔH)). Each move costs ``num_steps`` gradients
 of the potential (the gradient at the end of one leapfrog step is the start of the next).
 
@@ -35,8 +35,31 @@ from typing import Any
 
 from ppl_bdl.backend_protocol import Batch, Transition
 
+#: Leapfrog steps per HMC draw when ``num_steps`` is not given (NumPyro's and Pyro's default).
+DEFAULT_LEAPFROG_STEPS = 10
 #: An energy error above this marks a divergent trajectory (NumPyro's and Stan's threshold).
 DIVERGENCE_THRESHOLD = 1000.0
+
+
+def velocity(m, inverse_mass, momentum):
+    """dz/dt = M⁻¹ p, for a diagonal inverse mass (a vector or a number) or a dense one (a
+    matrix)."""
+    if not _dense(inverse_mass):
+        return inverse_mass * momentum
+    return m.matmul(inverse_mass, momentum)
+
+
+def _dense(inverse_mass) -> bool:
+    return len(getattr(inverse_mass, "shape", ())) == 2
+
+
+def draw_momentum(m, inverse_mass, noise):
+    """A momentum p ~ N(0, M) from ξ ~ N(0, I): ξ / √m for a diagonal inverse mass m; for a
+    dense one Σ = L Lᵀ, p = L⁻ᵀ ξ (its covariance L⁻ᵀ L⁻¹ = Σ⁻¹ = M)."""
+    if not _dense(inverse_mass):
+        return noise / m.sqrt(inverse_mass)
+    root = m.cholesky(inverse_mass)
+    return m.triangular_solve(m.transpose(root), noise[:, None], lower=False)[:, 0]
 
 
 def leapfrog(
@@ -55,7 +78,7 @@ def leapfrog(
     def body(_, carry):
         z, p, _u, g = carry
         p = p - 0.5 * step_size * g
-        z = z + step_size * inverse_mass * p
+        z = z + step_size * velocity(backend.math, inverse_mass, p)
         u, g = potential_and_grad(z)
         p = p - 0.5 * step_size * g
         return (z, p, u, g)
@@ -83,12 +106,12 @@ def hmc_move(
     of the new state flows through the selected one and never through the decision (the
     accept/reject step as a stop-gradient mask, as Campbell et al. 2021 treat it)."""
     m = backend.math
-    momentum = momentum_noise / m.sqrt(inverse_mass)
-    energy = state[1] + 0.5 * m.sum(inverse_mass * momentum * momentum)
+    momentum = draw_momentum(m, inverse_mass, momentum_noise)
+    energy = state[1] + 0.5 * m.sum(momentum * velocity(m, inverse_mass, momentum))
     proposal, p = leapfrog(
         backend, potential_and_grad, state, momentum, step_size, inverse_mass, num_steps
     )
-    new_energy = proposal[1] + 0.5 * m.sum(inverse_mass * p * p)
+    new_energy = proposal[1] + 0.5 * m.sum(p * velocity(m, inverse_mass, p))
     error = new_energy - energy
     error = m.where(m.isfinite(error), error, m.zeros_like(error) + float("inf"))
     accepted = log_uniform < -error
@@ -111,7 +134,7 @@ def hmc_transition(
 ) -> Transition:
     """HMC with a fixed step size, diagonal inverse mass and number of leapfrog steps as a
     :class:`~ppl_bdl.backend_protocol.Transition` of the core's loop: state (z, U, ∇U), noise
-    drawn from the step's key; ``potential_and_grad(z, batch)``. Info as the backends' HMC
+    drawn from the step's key; ``potential_and_grad(z, batch)``. Info as NUTS
     gives it (``acceptance_rate``, ``diverging``, ``n_steps``, ``step_size``, ``lp``,
     ``energy``); ``emit``: the position.
 

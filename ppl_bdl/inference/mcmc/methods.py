@@ -1,4 +1,4 @@
-"""The MCMC methods as typed objects: the backends' NUTS and HMC, and the SG-MCMC kernels.
+"""The MCMC methods as typed objects: NUTS (the backend's), HMC (the core's, with Stan's warmup) and the SG-MCMC kernels.
 
 Each class's fields are its options, checked at construction (:mod:`ppl_bdl.inference.method`);
 :meth:`run` hands them to the one driver (:func:`~ppl_bdl.inference.mcmc.native.run_native_mcmc`,
@@ -27,6 +27,7 @@ from ppl_bdl.inference.mcmc.elbo_tuning import (
     ElboTuning,
     run_elbo_hmc,
 )
+from ppl_bdl.inference.mcmc.hmc_kernel import DEFAULT_LEAPFROG_STEPS
 from ppl_bdl.inference.mcmc.kernels import registry
 from ppl_bdl.inference.mcmc.native import NativeConfig, run_native_mcmc
 from ppl_bdl.inference.mcmc.neutra import check_neutra
@@ -57,8 +58,6 @@ ELBO_OPTIONS = (
     "elbo_init_scale",
     "elbo_init_inflation",
 )
-#: Leapfrog steps per HMC draw when num_steps is None (the backends' default).
-DEFAULT_LEAPFROG_STEPS = 10
 
 
 class CostWarning(UserWarning):
@@ -195,8 +194,8 @@ class NUTS(_Native):
 class HMC(_Native):
     """Hamiltonian Monte Carlo with a fixed number of leapfrog steps per draw (Neal 2011).
 
-    ``adapt="dual_averaging"`` (the default) runs the backend's HMC, its step size and mass
-    adapted during warmup. ``adapt="elbo"`` tunes the step size and a diagonal mass (and the
+    ``adapt="dual_averaging"`` (the default) adapts the step size and mass during warmup as
+    Stan does (:mod:`~ppl_bdl.inference.mcmc.hmc_warmup`); the same kernel on every backend. ``adapt="elbo"`` tunes the step size and a diagonal mass (and the
     chains' initial distribution q_0) by gradient ascent on an ELBO-like objective
     differentiated through ``elbo_chain_length`` HMC moves (Campbell et al. 2021; "Bayesian
     Computation in Deep Learning", Eq. 3.19), then samples with them fixed

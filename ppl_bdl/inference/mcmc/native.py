@@ -1,9 +1,11 @@
-"""NUTS and HMC: the backend's own samplers, stepped by the core's driver with the core's potential.
+"""NUTS and HMC, stepped by the core's driver with the core's potential.
 
-The backend wraps its native kernel (NumPyro's or Pyro's NUTS/HMC, their warmup adaptation
-included) as a transition (:meth:`Backend.native_transition`); the driver runs it like every
-other method: chunks, chains, progress with an ETA, draws kept after warmup every ``thinning``
-draws, and Ctrl-C keeping the draws finished so far (``error.partial``).
+NUTS is the backend's own sampler: the backend wraps its native kernel (NumPyro's or Pyro's NUTS,
+its warmup adaptation included) as a transition (:meth:`Backend.native_transition`). HMC is the
+core's kernel with Stan's warmup (:mod:`~ppl_bdl.inference.mcmc.hmc_warmup`), the same program on
+every backend. The driver runs either like every other method: chunks, chains, progress with an
+ETA, draws kept after warmup every ``thinning`` draws, and Ctrl-C keeping the draws finished so
+far (``error.partial``).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ppl_bdl.backend_protocol import NativeSettings
+from ppl_bdl.backend_protocol import Batch, NativeSettings
 from ppl_bdl.errors import ConfigError
 from ppl_bdl.inference.loop.driver import plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
+from ppl_bdl.inference.mcmc.hmc_kernel import DEFAULT_LEAPFROG_STEPS
+from ppl_bdl.inference.mcmc.hmc_warmup import adaptive_hmc_transition
 from ppl_bdl.inference.mcmc.neutra import NeuTraMap
 from ppl_bdl.inference.posterior_from_draws import build_posterior
 from ppl_bdl.inference.setup import Setup
@@ -118,9 +122,11 @@ def run_native_mcmc(
     (:mod:`~ppl_bdl.inference.mcmc.neutra`)."""
     backend, method = setup.backend, config.method
     chain_method = config.chain_method
-    if chain_method is None:  # side by side where they are split over devices
+    if chain_method is None:
+        # Side by side where they are split over devices, and for HMC: its chains take the
+        # same number of leapfrog steps, so a vectorized step wastes none.
         split = backend.device_count > 1 and backend.shard_mode == "chains"
-        chain_method = "vectorized" if split else "sequential"
+        chain_method = "vectorized" if split or method == "hmc" else "sequential"
     density = ModelDensity(setup.bound, backend, setup.layout, setup.params)
     settings = NativeSettings(
         method=method,
@@ -182,7 +188,10 @@ def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings, f
 
     def build(key=None):
         potential = density.potential if flow is None else flow.potential(density.potential)
-        made = backend.native_transition(lambda flat, data: potential(flat, data), settings)
+        if settings.method == "hmc":
+            made = _core_hmc(backend, potential, density.data, setup.layout.dim, settings)
+        else:
+            made = backend.native_transition(lambda flat, data: potential(flat, data), settings)
         return made._replace(key=key)
 
     model = setup.program_key()
@@ -200,6 +209,28 @@ def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings, f
         settings.dense_mass,
     )
     return programs(backend).get(key, lambda: build(key))
+
+
+def _core_hmc(backend, potential, data, dim: int, settings: NativeSettings):
+    """The core's HMC with its warmup on ``potential(flat, data)``, whose value and gradient are
+    traced once (``backend.trace``: one graph on torch; JAX compiles the loop around it)."""
+
+    def potential_and_grad(position, batch: Batch):
+        return backend.value_and_grad(lambda z: potential(z, batch.data))(position)
+
+    with backend.scope(), backend.activate():
+        example = (backend.asarray(np.zeros(dim)), Batch(data, None))
+        traced = backend.trace(potential_and_grad, example)
+    return adaptive_hmc_transition(
+        backend,
+        traced,
+        dim,
+        num_warmup=settings.num_warmup,
+        num_steps=settings.num_steps or DEFAULT_LEAPFROG_STEPS,
+        target_accept=settings.target_accept,
+        step_size=1.0 if settings.step_size is None else settings.step_size,
+        dense_mass=settings.dense_mass,
+    )
 
 
 def arviz_stats(infos: dict, method: str) -> dict:

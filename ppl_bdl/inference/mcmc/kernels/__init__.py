@@ -1,4 +1,4 @@
-"""Samplers by name: NUTS and HMC (the backend's own) and stochastic-gradient MCMC kernels.
+"""Samplers by name: NUTS (the backend's own), HMC (the core's) and stochastic-gradient MCMC kernels.
 
 Example
 -------

@@ -1,4 +1,4 @@
-"""The kernel registry: NUTS and HMC (native samplers) and the SG-MCMC kernels, by name.
+"""The kernel registry: NUTS and HMC (native: the sampler runs the model's full density) and the SG-MCMC kernels, by name.
 
 A registered SG-MCMC kernel is a factory (as in BlackJAX): called with the minibatch
 ``value_and_grad(position, minibatch) -> (Ũ, ∇Ũ)`` (supplied by the driver) and its settings, it
@@ -25,7 +25,7 @@ from ppl_bdl.errors import ConfigError, one_of
 
 @dataclass(frozen=True)
 class KernelEntry:
-    """A registry entry. ``kind`` is "native" (the backend's own NUTS/HMC) or "sgmcmc";
+    """A registry entry. ``kind`` is "native" (NUTS or HMC, on the full density) or "sgmcmc";
     ``cyclical``: an SG-MCMC kernel that runs on the cyclical schedule with an exploration stage
     (its factory takes ``exploration``, β; the driver keeps draws in sampling stages only);
     ``blocks``: ``fit``'s loop gives the kernel its position as a tuple of per-site blocks
