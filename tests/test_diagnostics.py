@@ -269,6 +269,23 @@ def test_nuts_on_a_large_model_warns_about_cost_up_front():
         )
 
 
+def test_nuts_on_a_network_warns_about_cost_up_front():
+    """A network's weights: NUTS warns, naming them; HMC (a fixed cost a draw) and a shallow
+    tree do not."""
+    from ppl_bdl.models.bnn import make_bnn_regression
+
+    X = np.linspace(-1, 1, 20)[:, None]
+    bound = make_bnn_regression(hidden=(4,))(X, np.sin(3 * X[:, 0]))
+    short = dict(num_warmup=5, num_samples=5, num_chains=1)
+    with pytest.warns(bdl.CostWarning, match=r"network's weights \(net.0.weight, net.1.weight"):
+        bdl.fit(bound, method=bdl.NUTS(**short, max_tree_depth=6), progress=False)
+    for quiet in (bdl.HMC(**short), bdl.NUTS(**short, max_tree_depth=5)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", bdl.CostWarning)
+            warnings.simplefilter("ignore", bdl.ConvergenceWarning)
+            bdl.fit(bound, method=quiet, progress=False)
+
+
 @pytest.mark.parametrize(
     "backend", ["pyro", pytest.param("numpyro", marks=pytest.mark.slow)], indirect=False
 )

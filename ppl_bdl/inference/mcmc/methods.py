@@ -42,9 +42,11 @@ from ppl_bdl.inference.method import (
     option,
 )
 
-#: Latent dimensions above which NUTS/HMC warn before they start: every draw costs up to
+#: Latent dimensions above which NUTS warns before it starts: every draw costs up to
 #: 2^max_tree_depth gradients of the full data, which on a network's posterior is the usual case.
 NUTS_DIM_WARNING = 500
+#: A ``max_tree_depth`` at or below this bounds NUTS's cost enough not to warn (32 gradients).
+BOUNDED_TREE_DEPTH = 5
 #: How HMC sets its step size and mass: the backend's warmup, or tuned by the ELBO.
 ADAPTATIONS = ("dual_averaging", "elbo")
 #: HMC's options of ``adapt="elbo"`` (NUTS refuses them, saying to use HMC).
@@ -157,7 +159,7 @@ class _Native(ChainMethod):
 
     def run(self, setup, *, seed: int, progress: bool, log_likelihood: bool, chain_ids):
         check_params(setup, self.name, self.hold_params)
-        _warn_cost(setup, self.name)
+        _warn_cost(setup, self.name, getattr(self, "max_tree_depth", None))
         lengths = self._lengths(seed, progress, log_likelihood, chain_ids)
         return run_native_mcmc(setup, self.config(), **lengths, neutra=self.neutra)
 
@@ -303,18 +305,32 @@ class HMC(_Native):
         )
 
 
-def _warn_cost(setup, method: str) -> None:
+def _warn_cost(setup, method: str, max_tree_depth: int | None) -> None:
+    """NUTS on a large model or a network's weights: a warning before it starts. Each draw costs
+    up to 2^max_tree_depth full-data gradients, and a network's posterior (weights whose scales
+    and correlations no mass matrix captures) makes nearly every draw reach that depth."""
+    if method != "nuts":
+        return  # HMC's cost is fixed: num_steps gradients a draw
     dim = setup.layout.dim
-    if dim > NUTS_DIM_WARNING:
-        warnings.warn(
-            f"{method.upper()} on {setup.bound.name!r}: {dim} latent dimensions (> "
-            f"{NUTS_DIM_WARNING}). Each draw costs up to 2^max_tree_depth full-data gradients "
-            "and, on a network's posterior, usually hits that depth: expect hours. Use "
-            "method='sghmc' (or 'sgld', 'csghmc') with batch_size=..., or method='vi'; or set "
-            "max_tree_depth=5 to bound the cost.",
-            CostWarning,
-            stacklevel=5,
-        )
+    weights = [n for n in setup.layout.names if n.endswith(".weight")]
+    if max_tree_depth <= BOUNDED_TREE_DEPTH:
+        weights = []  # a shallow tree bounds a small network's cost
+    if dim <= NUTS_DIM_WARNING and not weights:
+        return
+    why = (
+        f"{dim} latent dimensions (> {NUTS_DIM_WARNING})"
+        if dim > NUTS_DIM_WARNING
+        else f"a network's weights ({', '.join(weights)})"
+    )
+    warnings.warn(
+        f"NUTS on {setup.bound.name!r}: {why}. Each draw costs up to 2^max_tree_depth "
+        "full-data gradients and, on a network's posterior, usually reaches that depth: expect "
+        "minutes for a small network, hours for a large one. Use method='sghmc' (or 'sgld', "
+        "'csghmc'; batch_size=... for minibatches), method='vi' or method='hmc'; or set "
+        "max_tree_depth=5 to bound the cost.",
+        CostWarning,
+        stacklevel=5,
+    )
 
 
 # -- SG-MCMC -------------------------------------------------------------------------------------
