@@ -166,28 +166,34 @@ def test_draws_match_the_exact_mean_and_variance(tuned_fit):
     assert np.all(np.asarray(stats["n_steps"]) == 10)
 
 
-# -- against dual averaging ---------------------------------------------------------------------
+# -- an ill-conditioned posterior -----------------------------------------------------------------
 def _ill_conditioned():
     rng = np.random.default_rng(0)
     base = rng.normal(size=(200, 6))
     X = (base + 0.8 * base[:, :1]) * np.logspace(-1, 1, 6)
     y = X @ rng.normal(size=6) + 0.5 * rng.normal(size=200)
-    return regression.linear_regression_known_noise(X, y, noise=0.5, prior_scale=3.0)
+    exact = regression.conjugate_posterior(X, y, noise=0.5, prior_scale=3.0)
+    return regression.linear_regression_known_noise(X, y, noise=0.5, prior_scale=3.0), exact
 
 
 @pytest.mark.slow
-def test_more_effective_draws_per_gradient_than_dual_averaging_hmc():
-    """On a regression whose posterior scales span 100x, both at 10 leapfrog steps per draw and
-    the same number of draws, counting the tuning's gradients against the ELBO-tuned HMC."""
-    bound, draws = _ill_conditioned(), 2000
+def test_tuned_and_dual_averaging_hmc_draw_the_exact_ill_conditioned_posterior():
+    """A regression whose posterior sds span 100x (0.004-0.43), correlated: the ELBO-tuned HMC
+    and HMC with Stan's warmup, both at 10 leapfrog steps a draw, have the exact posterior
+    means within 4 MCSE; and Stan's warmup gives more effective draws per gradient, counting
+    each method's tuning (``benchmarks/elbo_hmc.py`` prints the same comparison)."""
+    (bound, (mean, cov)), draws = _ill_conditioned(), 2000
     tuned = _fit(bound, method=bdl.HMC(adapt="elbo", num_warmup=10, num_samples=draws))
     dual = _fit(bound, method=bdl.HMC(num_warmup=500, num_samples=draws, num_steps=10))
-
-    def min_ess(post):
-        return float(az.ess(post.to_arviz())["w"].values.min())
-
+    sd = np.sqrt(np.diag(cov))
+    per_gradient = {}
+    for name, post in (("tuned", tuned), ("dual", dual)):
+        ess = az.ess(post.to_arviz())["w"].values
+        error = np.abs(post.samples["w"].reshape(-1, 6).mean(0) - mean) / (sd / np.sqrt(ess))
+        assert error.max() < 4, (name, error, ess)
+        per_gradient[name] = ess.min()
     config = bdl.HMC(adapt="elbo").elbo_config()
     tuning = config.steps * config.particles * (config.chain_length * config.num_steps + 2)
-    per_grad_tuned = min_ess(tuned) / (4 * (draws + 10) * 10 + tuning)
-    per_grad_dual = min_ess(dual) / (4 * (draws + 500) * 10)
-    assert per_grad_tuned > 2 * per_grad_dual, (per_grad_tuned, per_grad_dual)
+    per_gradient["tuned"] /= 4 * (draws + 10) * 10 + tuning
+    per_gradient["dual"] /= 4 * (draws + 500) * 10
+    assert per_gradient["dual"] > per_gradient["tuned"], per_gradient

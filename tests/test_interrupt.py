@@ -129,15 +129,16 @@ def test_nuts_interrupted_keeps_draws(backend, monkeypatch):
     assert abs(partial.samples["mu"].mean() - Y.mean()) < 0.5
 
 
-def _interrupt_step(monkeypatch, backend_name, at: int, where: str = "step"):
-    """Make the backend's NUTS/HMC transitions raise KeyboardInterrupt at their ``at``-th
-    ``step`` (counted over every chain; on Pyro's loop, which steps in Python, inside a chunk)
-    or ``init`` (a chain starting)."""
-    backend = bdl.backends.get(backend_name)
-    original, calls = type(backend).native_transition, {"n": 0}
+def _interrupt_step(monkeypatch, at: int, where: str = "step"):
+    """Make NUTS's and HMC's transitions raise KeyboardInterrupt at their ``at``-th ``step``
+    (counted over every chain; on Pyro's loop, which steps in Python, inside a chunk) or
+    ``init`` (a chain starting)."""
+    from ppl_bdl.inference.mcmc import native
 
-    def native_transition(self, potential, settings):
-        transition = original(self, potential, settings)
+    original, calls = native._transition, {"n": 0}
+
+    def made(*args, **kwargs):
+        transition = original(*args, **kwargs)
 
         def counted(*args):
             calls["n"] += 1
@@ -145,9 +146,10 @@ def _interrupt_step(monkeypatch, backend_name, at: int, where: str = "step"):
                 raise KeyboardInterrupt
             return getattr(transition, where)(*args)
 
-        return transition._replace(**{where: counted})
+        # No program key: a loop compiled for the unwrapped transition would skip the count.
+        return transition._replace(**{where: counted}, key=None)
 
-    monkeypatch.setattr(type(backend), "native_transition", native_transition)
+    monkeypatch.setattr(native, "_transition", made)
 
 
 def _interrupt_chunks(monkeypatch, backend_name, at: int):
@@ -227,7 +229,7 @@ def test_ctrl_c_during_a_compiled_chunk_keeps_that_chunk(monkeypatch):
 def test_ctrl_c_inside_a_chunk_keeps_the_steps_before_it(monkeypatch, method):
     """Pyro's loop steps in Python: Ctrl-C at step 119 of the run's one chunk (steps 0-149)
     keeps the 69 draws of steps 50-118 (a chunk used to be lost whole: all 100 draws here)."""
-    _interrupt_step(monkeypatch, "pyro", at=120)
+    _interrupt_step(monkeypatch, at=120)
     with pytest.raises(RunInterrupted, match=f"{method.upper()} was interrupted at step 119"):
         try:
             bdl.fit(mean_model(Y), backend="pyro", method=method, **NUTS)
@@ -239,7 +241,7 @@ def test_ctrl_c_inside_a_chunk_keeps_the_steps_before_it(monkeypatch, method):
 
 def test_ctrl_c_as_a_chain_starts_keeps_the_chains_before(monkeypatch):
     """Chains one after another: Ctrl-C while the second chain starts keeps the first whole."""
-    _interrupt_step(monkeypatch, "pyro", at=2, where="init")
+    _interrupt_step(monkeypatch, at=2, where="init")
     with pytest.raises(RunInterrupted, match="interrupted at step 0 of chain 1") as info:
         bdl.fit(mean_model(Y), backend="pyro", method="nuts", **dict(NUTS, num_chains=2))
     assert info.value.partial.samples["mu"].shape == (1, 100)
