@@ -172,6 +172,54 @@ def test_sampled_ggn_is_an_unbiased_estimate_of_the_exact_factors(backend):
                 np.testing.assert_allclose(draws[0][path]["A"], pieces["A"], rtol=1e-12)
 
 
+def test_pyro_layer_pass_is_traced_per_chunk_shape_and_agrees_with_the_eager_pass(monkeypatch):
+    """On Pyro the layer pass runs as traced graphs, one per chunk shape (chunks of 7 of 30
+    points: 7 and 2), the draws of ggn_samples made outside them (a trace would freeze them):
+    its pieces are the eager pass's, float64, exact and sampled, "kron" and "diag"."""
+    backend = prepare(classifier(X, LABELS), "pyro", "float64", 0).backend
+    untraced = type(backend).trace
+    traced: list[bool] = []
+
+    def counted(self, fn, args):
+        out = untraced(self, fn, args)
+        traced.append(out is not fn)
+        return out
+
+    def pieces(eager: bool) -> dict:
+        @bdl.model  # a new model each time: its own cache of compiled passes
+        def fresh(X, y=None):
+            logits = nn.MLP("net", [2, 4, 3], activation="tanh", prior=1.5).sample()
+            with bdl.plate("data", X.shape[0]) as idx:
+                bdl.sample("y", dist.Categorical(logits=logits(X[idx])), obs=y[idx])
+
+        monkeypatch.setattr(
+            type(backend), "trace", (lambda self, fn, args: fn) if eager else counted
+        )
+        setup = prepare(fresh(X, LABELS), "pyro", "float64", 0)
+        theta = np.random.default_rng(4).normal(size=setup.layout.dim) * 0.7
+        sites = set(setup.layout.names)
+        out = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback to the eager pass
+            for structure in ("kron", "diag"):
+                for samples, seed in ((None, 0), (3, 0), (3, 1)):
+                    found = layer_pieces(setup, theta, sites, 7, structure, samples, seed)
+                    out[structure, samples, seed] = found.pieces
+        return out
+
+    graphs, eager = pieces(False), pieces(True)
+    assert traced == [True] * 12  # per structure: the exact pass, Λ, the sampled pieces; x2
+    for case, found in graphs.items():
+        assert found.keys() == eager[case].keys() == {"net.0", "net.1"}
+        for path, values in found.items():
+            for name, value in values.items():
+                np.testing.assert_allclose(value, eager[case][path][name], rtol=1e-12, atol=1e-14)
+    for structure, piece in (("kron", "G"), ("diag", "D")):  # fresh draws for each seed
+        assert not np.allclose(
+            graphs[structure, 3, 0]["net.0"][piece], graphs[structure, 3, 1]["net.0"][piece]
+        )
+
+
 def test_sampled_ggn_fits_and_is_refused_where_it_does_not_apply():
     start = {"net.0.weight": np.ones((2, 4)), "net.0.bias": np.zeros(4)}
     start |= {"net.1.weight": np.ones((4, 3)), "net.1.bias": np.zeros(3)}

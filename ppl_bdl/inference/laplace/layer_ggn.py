@@ -24,8 +24,9 @@ one backward pass per draw instead of one per output dimension (K-FAC's sampled 
 & Grosse 2015; laplace-torch's ``AsdlGGN(stochastic=True)``). It costs less wherever R > S.
 
 As KFAC does, it takes a layer's weights to reach the likelihood only through its output.
-The pass is compiled (``backend.jit``) once per chunk size and kept in the model's program
-cache; the data and the model's params are its arguments, so a second fit compiles nothing.
+The pass is compiled (``backend.jit``; on torch, whose ``jit`` is the identity, traced with
+``backend.trace``) once per chunk size and kept in the model's program cache; the data and the
+model's params are its arguments, so a second fit compiles nothing.
 
 Example
 -------
@@ -95,6 +96,8 @@ def layer_pieces(
             noise_key = None if key is None else backend.random.fold_in(key, i)
             pieces, count = run(anchor, batch, data, params, noise_key)
             if info.get("skipped"):
+                if structure == "kron":
+                    raise info["skipped"]
                 return LayerPieces()
             rows = rows + count
             for path, calls in pieces.items():
@@ -128,7 +131,14 @@ def _add(sums: dict, host: dict, piece: dict, weight: float, context) -> None:
 
 def _compiled_pass(setup, sites: set, structure: str, samples: int | None):
     """The compiled pass ``run(anchor, batch, data, params, key) -> (pieces, rows)`` and the
-    dict its tracing fills in (the layers, the exact-diagonal ones), from the model's cache."""
+    dict its tracing fills in (the layers, the exact-diagonal ones), from the model's cache.
+
+    The pass is ``backend.jit`` of the chunk's computation, whose parts go through
+    ``backend.trace`` once per shape of their arguments (the last chunk is smaller): the
+    identity under JAX's ``jit``, which compiles the whole; on torch, whose ``jit`` is the
+    identity, a traced graph per shape instead of a Python walk of the model per chunk. With
+    ``samples`` the draws ε are made between two traced halves, from the chunk's key (a trace
+    would freeze them): Λ first, then the pieces from Λ and ε."""
     backend, bound = setup.backend, setup.bound
     _, template = bound.data_arrays(backend)
     key = ("laplace-layers", backend.name, backend.precision, str(backend.device))
@@ -138,20 +148,71 @@ def _compiled_pass(setup, sites: set, structure: str, samples: int | None):
     cache = bound.model.compiled
     if key not in cache:
         info: dict = {}
+        whole = traced_by_shape(
+            backend, lambda *args: _one_chunk(setup, sites, (structure, None, None), info, args)
+        )
+        hessians = traced_by_shape(backend, lambda *args: _chunk_hessians(setup, info, args))
+
+        def pieces(*args):
+            chunk, (lam, eps) = args[:4], args[4:]
+            return _one_chunk(setup, sites, (structure, samples, (lam, eps)), info, chunk)
+
+        sampled = traced_by_shape(backend, pieces)
 
         def run(anchor, batch, data, params, noise_key):
             args = (anchor, batch, data, params)
-            return _one_chunk(setup, sites, (structure, samples, noise_key), info, args)
+            if samples is None:
+                return whole(*args)
+            lam = hessians(*args)
+            if info.get("skipped"):  # no table of outputs: the pass finds nothing
+                return {}, lam
+            eps = backend.random.normal(noise_key, (samples, lam.shape[1], lam.shape[0]))
+            return sampled(*args, lam, eps)
 
         cache[key] = (backend.jit(run), info)
     return cache[key]
 
 
+def traced_by_shape(backend, fn):
+    """``fn`` through ``backend.trace`` once per shape and dtype of its array arguments (and
+    the structure of the others), traced at the first call with them; ``fn`` itself where the
+    backend does not trace (JAX: inside ``jit``, which traces by shape itself)."""
+    graphs: dict = {}
+
+    def signature(value):
+        if backend.is_array(value):
+            return (tuple(value.shape), str(value.dtype))
+        return repr(value)
+
+    def call(*args):
+        sig = repr(backend.tree_map(signature, args))
+        if sig not in graphs:
+            graphs[sig] = backend.trace(fn, args)
+        return graphs[sig](*args)
+
+    return call
+
+
+def _chunk_hessians(setup, info, args):
+    """Λ of the chunk's points, (R, N, R) (:func:`output_hessians`); where the outputs are not
+    one row per point, 0 and the refusal in ``info["skipped"]`` (as :func:`_one_chunk`)."""
+    anchor, batch, data, params = args
+    pots = Potentials(setup, data, params)
+    outputs = pots.outputs(anchor, batch)
+    try:
+        table = OutputTable(setup.backend, outputs)
+    except ConfigError as err:
+        info["skipped"] = err
+        return setup.backend.asarray(0.0)
+    return output_hessians(pots, anchor, batch, table)
+
+
 def _one_chunk(setup, sites, how, info, args):
     """One chunk's pieces (path -> one dict per call of the layer; see :func:`layer_pieces`),
-    traced once per chunk size; ``how`` is (structure, samples, the chunk's noise key)."""
+    traced once per chunk size; ``how`` is (structure, samples, (Λ, ε)): with ``samples``, the
+    chunk's Λ (:func:`_chunk_hessians`) and the draws ε ~ N(0, I), (samples, N, R)."""
     backend = setup.backend
-    structure, samples, noise_key = how
+    structure, samples, drawn = how
     anchor, batch, data, params = args
     pots = Potentials(setup, data, params)
     with LayerProbe() as probe:
@@ -161,16 +222,14 @@ def _one_chunk(setup, sites, how, info, args):
     info["layers"] = {calls[i].path: calls[i].layer for i in chosen}
     try:
         table = OutputTable(backend, outputs)
-    except ConfigError:
-        if structure == "kron":
-            raise
-        info["skipped"] = True  # the diagonal falls back to Hessian-vector products
+    except ConfigError as err:  # raised for "kron" by layer_pieces, outside a trace
+        info["skipped"] = err  # the diagonal falls back to Hessian-vector products
         return {}, backend.asarray(0.0)
-    lam = output_hessians(pots, anchor, batch, table)
     if samples is None:
+        lam = output_hessians(pots, anchor, batch, table)
         directions = table.units()
     else:
-        eps = backend.random.normal(noise_key, (samples, table.rows, table.width))
+        lam, eps = drawn
         directions = backend.math.einsum("nrs,kns->knr", output_roots(backend, lam), eps)
     jacobians = output_jacobians(pots, anchor, batch, table, calls, chosen, directions)
     paths = [calls[i].path for i in chosen]
