@@ -19,14 +19,7 @@ pytest.importorskip("numpyro")
         "sghmc",
         "psgld",
         "csghmc",
-        pytest.param(
-            "csgld",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="35% high here: each cycle's sampling stage starts before the chain has "
-                "settled from its exploration stage (known; 2% on the demo's BNN)",
-            ),
-        ),
+        "csgld",  # 35% high with 5,000 warmup steps on seed 0 (still settling): 10,000 now
     ],
 )
 def test_defaults_fit_the_noise_scale(method):

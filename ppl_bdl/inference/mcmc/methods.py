@@ -505,6 +505,11 @@ class CyclicalSGLD(SGMCMCBase):
     'csgld'
     """
 
+    num_warmup: int = option(
+        10000,
+        "steps per chain before draws are kept (its chains settle more slowly than SGLD's: "
+        "no noise in the exploration stages, half the step on average)",
+    )
     exploration: float = option(0.8, "β in [0, 1): the fraction of each cycle that explores")
     temperature: float = option(1.0, "T of the noise in sampling stages")
 
