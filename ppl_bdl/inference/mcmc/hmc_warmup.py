@@ -40,7 +40,7 @@ Example
 ...     state, step = kernel.init(None, backend.asarray(np.ones(2)), None), backend.jit(kernel.step)
 ...     for t in range(300):
 ...         state, info = step(backend.random.key(t), state, None, None)
->>> np.round(np.sqrt(np.asarray(inverse_mass(state))) / scales, 0)  # the mass has found the scales
+>>> np.round(np.sqrt(np.asarray(state.inverse_mass)) / scales, 0)  # the mass found the scales
 array([1., 1.])
 """
 
@@ -106,11 +106,6 @@ class AdaptiveState(NamedTuple):
     inverse_mass: object
 
 
-def inverse_mass(state: AdaptiveState):
-    """The inverse mass a state samples with (a vector, or a matrix with ``dense_mass``)."""
-    return state.inverse_mass
-
-
 def adaptive_hmc_transition(
     backend,
     potential_and_grad: Callable,
@@ -159,10 +154,9 @@ def adaptive_hmc_transition(
             num_steps,
         )
         adapted = _adapt(m, state, z, info["acceptance_rate"], target_accept, start, ends)
-        kept = (state.step, *state[4:])
-        new = AdaptiveState(
+        new = AdaptiveState(  # the adaptation's fields (the 5th on) move during warmup only
             z, u, g, state.step + 1,
-            *(m.where(warming, a, b) for a, b in zip(adapted, kept[1:], strict=True)),
+            *(m.where(warming, a, b) for a, b in zip(adapted, state[4:], strict=True)),
         )  # fmt: skip
         del info["accepted"]
         info.update(n_steps=num_steps + 0 * eps, step_size=eps, lp=-u)
