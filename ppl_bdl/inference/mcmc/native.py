@@ -116,9 +116,9 @@ def run_native_mcmc(
     chain_ids: list[int] | None = None,
     neutra=None,
 ):
-    """Run the backend's NUTS (``config.method == "nuts"``) or HMC on a prepared model; return a
-    Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default). With ``neutra`` (a
-    flow guide's VI posterior) the sampler runs in the flow's base space
+    """Run NUTS (the backend's, ``config.method == "nuts"``) or HMC (the core's) on a prepared
+    model; return a Posterior (of the chains ``chain_ids`` of ``num_chains``, all by default).
+    With ``neutra`` (a flow guide's VI posterior) the sampler runs in the flow's base space
     (:mod:`~ppl_bdl.inference.mcmc.neutra`)."""
     backend, method = setup.backend, config.method
     chain_method = config.chain_method
@@ -180,10 +180,11 @@ def run_native_mcmc(
 
 
 def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings, flow=None):
-    """The backend's NUTS/HMC transition, from its program cache where the model has a key: it
-    depends on the model and the sampler's settings, not on the number of draws, chains or the
-    seed (``num_warmup`` is the adaptation's schedule; ``step_size`` the adaptation's start).
-    A NeuTra run (``flow``) samples a potential of its own and is not cached."""
+    """The NUTS (backend's) or HMC (core's) transition, from the program cache where the model
+    has a key: it depends on the model and the sampler's settings, not on the number of draws,
+    chains or the seed (``num_warmup`` is the adaptation's schedule; ``step_size`` the
+    adaptation's start). A NeuTra run (``flow``) samples a potential of its own and is not
+    cached."""
     backend = setup.backend
 
     def build(key=None):
