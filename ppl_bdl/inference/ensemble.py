@@ -325,17 +325,19 @@ def ensemble_transition(
     return Transition(init, step, emit), density.data
 
 
-def traced_potential(setup: Setup, plate, batch_size: int | None):
+def traced_potential(setup: Setup, plate, batch_size: int | None, pull_back=None):
     """The model's density and its potential's value and gradient at a flat position on a
     :class:`Batch` (a minibatch of ``plate``'s indices, or the full data without a plate),
-    traced once for the backend."""
+    traced once for the backend. ``pull_back`` maps the density's potential to the one sampled
+    (NeuTra's, in a flow's base space: :meth:`~ppl_bdl.inference.mcmc.neutra.NeuTraMap.potential`)."""
     backend = setup.backend
     density = ModelDensity(setup.bound, backend, setup.layout, setup.params)
+    potential = density.potential if pull_back is None else pull_back(density.potential)
     plate_name = plate[0] if plate else None
 
     def potential_and_grad(position, batch: Batch):
         indices = None if batch.indices is None else {plate_name: batch.indices}
-        return density.value_and_grad(position, batch.data, indices)
+        return backend.value_and_grad(lambda flat: potential(flat, batch.data, indices))(position)
 
     with backend.scope(), backend.activate():
         example_idx = backend.asarray(np.zeros(batch_size), dtype="int") if plate else None

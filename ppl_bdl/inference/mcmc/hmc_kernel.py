@@ -151,8 +151,6 @@ def hmc_transition(
     >>> sorted(info)
     ['acceptance_rate', 'diverging', 'energy', 'lp', 'n_steps', 'step_size']
     """
-    random = backend.random
-    dim = len(inverse_mass)
     with backend.scope():
         eps = backend.asarray(float(step_size))
         mass = backend.asarray(inverse_mass)
@@ -163,21 +161,29 @@ def hmc_transition(
 
     def step(key, state, batch, rate):
         del rate
-        noise_key, accept_key = random.split(key)
-        noise = random.normal(noise_key, (dim,))
-        log_u = backend.math.log(random.uniform(accept_key, (), 0.0, 1.0))
-        new, info = hmc_move(
-            backend,
-            lambda z: potential_and_grad(z, batch),
-            state,
-            noise,
-            log_u,
-            eps,
-            mass,
-            num_steps,
+        return random_move(
+            backend, lambda z: potential_and_grad(z, batch), state, key, eps, mass, num_steps
         )
-        del info["accepted"]
-        info.update(n_steps=num_steps + 0 * eps, step_size=eps, lp=-new[1])
-        return new, info
 
     return Transition(init, step, lambda state: state[0])
+
+
+def random_move(backend, potential_and_grad, state, key, step_size, inverse_mass, num_steps):
+    """:func:`hmc_move` with its noise drawn from ``key`` (the momentum, the acceptance's
+    uniform); the new state and the info as NUTS gives it (``acceptance_rate``, ``diverging``,
+    ``energy``, ``n_steps``, ``step_size``, ``lp``)."""
+    random = backend.random
+    noise_key, accept_key = random.split(key)
+    new, info = hmc_move(
+        backend,
+        potential_and_grad,
+        state,
+        random.normal(noise_key, state[0].shape),
+        backend.math.log(random.uniform(accept_key, (), 0.0, 1.0)),
+        step_size,
+        inverse_mass,
+        num_steps,
+    )
+    del info["accepted"]
+    info.update(n_steps=num_steps + 0 * step_size, step_size=step_size, lp=-new[1])
+    return new, info

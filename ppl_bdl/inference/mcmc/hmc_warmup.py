@@ -34,7 +34,7 @@ Example
 >>> backend = bdl.backends.get("numpyro")
 >>> scales = np.array([0.1, 3.0])  # N(0, diag(scales²))
 >>> kernel = adaptive_hmc_transition(
-...     backend, lambda z, batch: (0.5 * ((z / scales) ** 2).sum(), z / scales**2), dim=2,
+...     backend, lambda z, batch: (0.5 * ((z / scales) ** 2).sum(), z / scales**2),
 ...     num_warmup=300, num_steps=10)
 >>> with backend.activate():
 ...     state, step = kernel.init(None, backend.asarray(np.ones(2)), None), backend.jit(kernel.step)
@@ -51,7 +51,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ppl_bdl.backend_protocol import Batch, Transition
-from ppl_bdl.inference.mcmc.hmc_kernel import hmc_move
+from ppl_bdl.inference.mcmc.hmc_kernel import random_move
 
 #: Dual averaging's constants (Hoffman & Gelman 2014, Section 3.2.1; Stan's and NumPyro's).
 GAMMA, T0, KAPPA = 0.05, 10.0, 0.75
@@ -109,7 +109,6 @@ class AdaptiveState(NamedTuple):
 def adaptive_hmc_transition(
     backend,
     potential_and_grad: Callable,
-    dim: int,
     *,
     num_warmup: int,
     num_steps: int,
@@ -139,16 +138,15 @@ def adaptive_hmc_transition(
 
     def step(key, state: AdaptiveState, batch, rate):
         del rate
-        noise_key, accept_key, jitter_key = random.split(key, 3)
+        move_key, jitter_key = random.split(key)
         warming = state.step < num_warmup
         eps = m.exp(m.where(warming, state.log_step_size, state.log_step_size_avg))
         jitter = random.uniform(jitter_key, (), 1.0 - STEP_SIZE_JITTER, 1.0 + STEP_SIZE_JITTER)
-        (z, u, g), info = hmc_move(
+        (z, u, g), info = random_move(
             backend,
             lambda z: potential_and_grad(z, batch),
             (state.z, state.potential, state.grad),
-            random.normal(noise_key, (dim,)),
-            m.log(random.uniform(accept_key, (), 0.0, 1.0)),
+            move_key,
             eps * jitter,
             state.inverse_mass,
             num_steps,
@@ -158,8 +156,7 @@ def adaptive_hmc_transition(
             z, u, g, state.step + 1,
             *(m.where(warming, a, b) for a, b in zip(adapted, state[4:], strict=True)),
         )  # fmt: skip
-        del info["accepted"]
-        info.update(n_steps=num_steps + 0 * eps, step_size=eps, lp=-u)
+        info["step_size"] = eps  # the adapted one, not this draw's jittered one
         return new, info
 
     return Transition(init, step, lambda state: state.z)

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ppl_bdl.backend_protocol import Batch, NativeSettings
+from ppl_bdl.backend_protocol import NativeSettings
 from ppl_bdl.errors import ConfigError
+from ppl_bdl.inference.ensemble import traced_potential
 from ppl_bdl.inference.loop.driver import plan_run, run_chains
 from ppl_bdl.inference.loop.failures import raise_failure
 from ppl_bdl.inference.mcmc.hmc_kernel import DEFAULT_LEAPFROG_STEPS
@@ -188,10 +189,11 @@ def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings, f
     backend = setup.backend
 
     def build(key=None):
-        potential = density.potential if flow is None else flow.potential(density.potential)
+        pull_back = None if flow is None else flow.potential
         if settings.method == "hmc":
-            made = _core_hmc(backend, potential, density.data, setup.layout.dim, settings)
+            made = _core_hmc(setup, pull_back, settings)
         else:
+            potential = density.potential if flow is None else pull_back(density.potential)
             made = backend.native_transition(lambda flat, data: potential(flat, data), settings)
         return made._replace(key=key)
 
@@ -212,20 +214,13 @@ def _transition(setup: Setup, density: ModelDensity, settings: NativeSettings, f
     return programs(backend).get(key, lambda: build(key))
 
 
-def _core_hmc(backend, potential, data, dim: int, settings: NativeSettings):
-    """The core's HMC with its warmup on ``potential(flat, data)``, whose value and gradient are
-    traced once (``backend.trace``: one graph on torch; JAX compiles the loop around it)."""
-
-    def potential_and_grad(position, batch: Batch):
-        return backend.value_and_grad(lambda z: potential(z, batch.data))(position)
-
-    with backend.scope(), backend.activate():
-        example = (backend.asarray(np.zeros(dim)), Batch(data, None))
-        traced = backend.trace(potential_and_grad, example)
+def _core_hmc(setup: Setup, pull_back, settings: NativeSettings):
+    """The core's HMC with its warmup on the model's potential (pulled back by ``pull_back``,
+    NeuTra's, where given), its value and gradient traced once (:func:`traced_potential`)."""
+    _, potential_and_grad = traced_potential(setup, None, None, pull_back)
     return adaptive_hmc_transition(
-        backend,
-        traced,
-        dim,
+        setup.backend,
+        potential_and_grad,
         num_warmup=settings.num_warmup,
         num_steps=settings.num_steps or DEFAULT_LEAPFROG_STEPS,
         target_accept=settings.target_accept,

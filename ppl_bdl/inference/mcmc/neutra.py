@@ -83,11 +83,11 @@ class NeuTraMap:
         """U_z(z) = U(F(z)) - log|det ∂F/∂z| for one base point z (d,)."""
         flow, params, m = self.flow, self.params, self.backend.math
 
-        def pulled_back(z, data):
+        def pulled_back(z, data, batch=None):
             theta, log_q = flow.transform(params, z[None, :])
             # log q(θ) = log N(z) - log|det ∂F/∂z|; N's constant drops out of a potential.
             log_det = -0.5 * m.sum(z * z) - log_q[0]
-            return potential(theta[0], data) - log_det
+            return potential(theta[0], data, batch) - log_det
 
         return pulled_back
 
